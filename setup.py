@@ -1,0 +1,35 @@
+"""Packaging for sharegroup-source: a Spark Structured Streaming source for Kafka share groups."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="sharegroup-source",
+    version="0.1.0",
+    description="spark.readStream.format('sharegroup'): Kafka share groups (KIP-932) as a Spark streaming source",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
+    install_requires=[
+        "pyspark>=4.2,<5",
+        "confluent-kafka>=2.16,<3",
+        "deltalake>=1.6,<2",
+        "pyarrow>=15,<30",
+        "pandas>=2.2,<3",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "pytest-timeout>=2.3,<3",
+            "chispa>=0.10,<1",
+            "ruff>=0.6",
+            "nbclient>=0.10,<1",
+            "nbformat>=5.10,<6",
+            "ipykernel>=6.29,<8",
+            "matplotlib>=3.8,<4",
+            "psutil>=5.9,<8",
+        ],
+        "delta-spark": ["delta-spark>=4.0,<5"],
+    },
+    entry_points={"console_scripts": ["sharegroup=sharegroup_source.cli:main"]},
+)

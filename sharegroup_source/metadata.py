@@ -1,0 +1,40 @@
+"""Cluster metadata checks made before a share consumer joins.
+
+A share consumer subscribed to a missing topic, or pointed at a dead address, waits
+silently; users deserve one clear line instead, within a bounded time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["ClusterError", "partition_counts"]
+
+
+class ClusterError(RuntimeError):
+    """The Kafka cluster is unreachable or lacks what the options name."""
+
+
+def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:
+    """Partition count of each topic; raises ClusterError naming what is wrong."""
+    topics = list(topics)
+    servers = config.get("bootstrap.servers", "")
+    admin = AdminClient({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        raise ClusterError(
+            f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: {error.args[0].str()}"
+        ) from None
+    counts = {}
+    for topic in topics:
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            known = ", ".join(sorted(t for t in metadata.topics if not t.startswith("__"))[:10]) or "none"
+            raise ClusterError(f"topic {topic!r} does not exist at bootstrap.servers={servers} (topics: {known})")
+        counts[topic] = len(found.partitions)
+    return counts

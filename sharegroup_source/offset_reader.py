@@ -1,0 +1,102 @@
+"""Replay exact offsets from the log with a plain consumer (assign + seek, no group).
+
+Used to rebuild an epoch after a restart: the ledger says which offsets the epoch held,
+the share group may have moved on, so the records are read back by position.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+__all__ = ["OffsetRangeReader", "RangeResult"]
+
+
+@dataclass
+class RangeResult:
+    """Records found for the requested offsets, plus the ones the log no longer holds."""
+
+    records: list[Message] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+
+
+class OffsetRangeReader:
+    """Reads requested offsets of one topic-partition at a time, tolerating gaps.
+
+    Gaps (compacted records, transaction markers, aborted data) mean an offset may never
+    arrive: reading stops once the log position passes the last requested offset or reaches
+    the partition's end, and the absent offsets are reported, not waited for.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
+        self._consumer = Consumer({
+            **config,
+            "group.id": config.get("group.id", "sharegroup-replay"),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        })
+        self._timeout_s = timeout_s
+
+    def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:
+        wanted = sorted(set(offsets))
+        result = RangeResult()
+        if not wanted:
+            return result
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=self._timeout_s
+        )
+        result.missing = [o for o in wanted if o < low or o >= high]
+        present = [o for o in wanted if low <= o < high]
+        if present:
+            result.records, absent = self._fetch(topic, partition, present)
+            result.missing = sorted(result.missing + absent)
+        return result
+
+    def _fetch(self, topic: str, partition: int, wanted: list[int]) -> tuple[list[Message], list[int]]:
+        remaining = set(wanted)
+        found: list[Message] = []
+        last = wanted[-1]
+        self._consumer.assign([TopicPartition(topic, partition, wanted[0])])
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while remaining:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"replaying {topic}[{partition}] offsets {wanted[0]}..{last}: "
+                        f"{len(remaining)} not read after {self._timeout_s:.0f}s"
+                    )
+                message = self._consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                        break  # the first offset left the log while we read
+                    raise KafkaException(error)
+                offset = message.offset()
+                if offset in remaining:
+                    remaining.discard(offset)
+                    found.append(message)
+                if offset >= last:
+                    break
+        finally:
+            self._consumer.unassign()
+        return found, sorted(remaining)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> OffsetRangeReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+

@@ -1,0 +1,131 @@
+"""The connector's share-group member: one explicit-mode ShareConsumer, polled and acked.
+
+Acquisition locks belong to the member that fetched a record, so the same client that
+polls must send the acknowledgements. An explicit-mode consumer refuses to poll again
+until every record of its previous poll is acknowledged: one poll is one epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+
+from sharegroup_source.metadata import partition_counts
+from sharegroup_source.redaction import redact
+
+__all__ = ["Ack", "AckResult", "AckType", "ShareClient"]
+
+log = logging.getLogger(__name__)
+
+
+class AckType(str, Enum):
+    ACCEPT = "ACCEPT"
+    RELEASE = "RELEASE"
+    REJECT = "REJECT"
+
+    @property
+    def kafka(self) -> AcknowledgeType:
+        return getattr(AcknowledgeType, self.value)
+
+
+@dataclass(frozen=True)
+class Ack:
+    topic: str
+    partition: int
+    offset: int
+    type: AckType = AckType.ACCEPT
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """Outcome of one share-partition's acknowledgements; ``error`` is None on success."""
+
+    topic: str
+    partition: int
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ShareClient:
+    """A share-group member with explicit acknowledgement.
+
+    ``config`` is librdkafka configuration (``bootstrap.servers``, ``group.id``, security
+    settings...). ``max_poll_records`` bounds one poll, which is also one epoch. The topics
+    are checked first, so a typo fails here (ClusterError) instead of polling nothing forever.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topics: Iterable[str],
+        max_poll_records: int = 10_000,
+        metadata_timeout_s: float = 15.0,
+    ):
+        self.topics = list(topics)
+        self.partitions = partition_counts(config, self.topics, metadata_timeout_s)
+        self._config = {
+            **config,
+            "share.acknowledgement.mode": "explicit",
+            "max.poll.records": max_poll_records,
+        }
+        self._consumer = ShareConsumer(self._config)
+        self._consumer.subscribe(self.topics)
+
+    def __repr__(self) -> str:
+        return f"ShareClient(topics={self.topics}, config={redact(self._config)})"
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        """One ShareFetch round: records acquired for this member, errors raised.
+
+        Every returned record must be acknowledged before the next poll.
+        """
+        records = []
+        for message in self._consumer.poll(timeout_s):
+            error = message.error()
+            if error is None:
+                records.append(message)
+            elif error.fatal() or not error.retriable():
+                raise KafkaException(error)
+            else:
+                log.warning("share fetch: %s", error)
+        return records
+
+    def acknowledge(self, acks: Iterable[Ack]) -> None:
+        """Stage acknowledgements; they reach the broker with :meth:`commit`."""
+        for ack in acks:
+            self._consumer.acknowledge_offset(ack.topic, ack.partition, ack.offset, ack.type.kafka)
+
+    def commit(self, timeout_s: float = 30.0) -> list[AckResult]:
+        """Send staged acknowledgements and wait: one result per share-partition.
+
+        A failed partition comes back as a value, not an exception, because a lost ack is
+        a normal event for a queue (the broker redelivers) and the caller must count it.
+        """
+        results = self._consumer.commit_sync(timeout_s)
+        return [
+            AckResult(tp.topic, tp.partition, None if error is None else _describe(error))
+            for tp, error in sorted((results or {}).items(), key=lambda item: (item[0].topic, item[0].partition))
+        ]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> ShareClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _describe(error: Exception) -> str:
+    inner = error.args[0] if error.args else error
+    name = getattr(inner, "name", None)
+    return f"{name()}: {inner.str()}" if callable(name) else str(error)

@@ -1,12 +1,14 @@
 """Packaging for sharegroup-source: a Spark Structured Streaming source for Kafka share groups."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="sharegroup-source",
     version="0.1.0",
     description="spark.readStream.format('sharegroup'): Kafka share groups (KIP-932) as a Spark streaming source",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),

@@ -51,7 +51,8 @@ def test_cli_port_forwards_bootstrap_and_refuses_a_busy_port():
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=20)
     assert second.returncode == 2
-    assert second.stderr.strip() == f"sharegroup: error: --port {port}: address already in use (is another broker running?)"
+    expected = f"sharegroup: error: --port {port}: address already in use (is another broker running?)"
+    assert second.stderr.strip() == expected
 
 
 @pytest.mark.parametrize("spec", ["orders:0", "orders:x", ":3"])

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
 
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.metadata import ClusterError, partition_counts
 from sharegroup_source.redaction import redact
 
 __all__ = ["Ack", "AckResult", "AckType", "ShareClient"]
@@ -87,16 +87,28 @@ class ShareClient:
 
         Every returned record must be acknowledged before the next poll.
         """
+        try:
+            messages = self._consumer.poll(timeout_s)
+        except KafkaException as error:
+            raise self._explain(error.args[0]) from None
         records = []
-        for message in self._consumer.poll(timeout_s):
+        for message in messages:
             error = message.error()
             if error is None:
                 records.append(message)
             elif error.fatal() or not error.retriable():
-                raise KafkaException(error)
+                raise self._explain(error)
             else:
                 log.warning("share fetch: %s", error)
         return records
+
+    def _explain(self, error: KafkaError) -> Exception:
+        if error.code() == KafkaError.UNSUPPORTED_VERSION:
+            return ClusterError(
+                f"the Kafka cluster at bootstrap.servers={self._config.get('bootstrap.servers')} does not "
+                f"support share groups ({error.str()}): it needs Apache Kafka 4.2+ with share groups enabled; "
+                "for other clusters, coordinator=delta is the way forward once it exists")
+        return KafkaException(error)
 
     def acknowledge(self, acks: Iterable[Ack]) -> None:
         """Stage acknowledgements; they reach the broker with :meth:`commit`."""

@@ -176,3 +176,12 @@ def test_unreachable_bootstrap_fails_within_the_timeout():
     with pytest.raises(ClusterError, match=r"cannot reach Kafka at bootstrap.servers=127.0.0.1:1 within 2s"):
         ShareClient({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, ["t"], metadata_timeout_s=2)
     assert time.monotonic() - started < 10
+
+
+def test_a_broker_without_share_groups_is_named(kafka: KafkaUnderTest):
+    broker = kafka.require_embedded("simulating a broker without the share-group APIs")
+    topic = kafka.new_topic(1)
+    broker.fail_next("ShareGroupHeartbeat", ["UNSUPPORTED_VERSION"] * 5)
+    with (ShareClient(kafka.config(**{"group.id": kafka.new_group()}), [topic]) as client,
+          pytest.raises(ClusterError, match=r"does not support share groups .*coordinator=delta")):
+        wait_for(lambda: client.poll(0.5), 10, "the heartbeat error")

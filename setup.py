@@ -12,6 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
+    py_modules=["pyspark_sharegroup"],
     install_requires=[
         "pyspark>=4.2,<5",
         "confluent-kafka>=2.16,<3",

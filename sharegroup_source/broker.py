@@ -37,6 +37,7 @@ _REQUIRED_SYMBOLS = (
     "rd_kafka_mock_cluster_bootstraps",
     "rd_kafka_mock_topic_create",
     "rd_kafka_mock_push_request_errors_array",
+    "rd_kafka_mock_clear_request_errors",
     "rd_kafka_mock_broker_set_down",
     "rd_kafka_mock_broker_set_up",
     "rd_kafka_mock_sharegroup_set_auto_offset_reset",
@@ -89,6 +90,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.rd_kafka_mock_topic_create.restype = i
     lib.rd_kafka_mock_topic_create.argtypes = [p, ctypes.c_char_p, i, i]
     lib.rd_kafka_mock_push_request_errors_array.argtypes = [p, i16, ctypes.c_size_t, ctypes.POINTER(i)]
+    lib.rd_kafka_mock_clear_request_errors.argtypes = [p, i16]
     lib.rd_kafka_mock_broker_set_down.restype = i
     lib.rd_kafka_mock_broker_set_down.argtypes = [p, i32]
     lib.rd_kafka_mock_broker_set_up.restype = i
@@ -247,12 +249,20 @@ class EmbeddedBroker:
         Errors are Kafka error codes or KafkaError names such as
         ``"SHARE_SESSION_NOT_FOUND"``; ``"_TRANSPORT"`` disconnects the client instead.
         """
-        key = api if isinstance(api, int) else API_KEYS.get(api)
-        if key is None:
-            raise ValueError(f"unknown Kafka API {api!r}; known: {', '.join(API_KEYS)}")
+        key = self._api_key(api)
         codes = [_error_code(e) for e in errors]
         array = (ctypes.c_int * len(codes))(*codes)
         self._lib.rd_kafka_mock_push_request_errors_array(self._running(), key, len(codes), array)
+
+    def clear_failures(self, api: str | int) -> None:
+        """Drop injected errors of ``api`` that no request has consumed yet."""
+        self._lib.rd_kafka_mock_clear_request_errors(self._running(), self._api_key(api))
+
+    def _api_key(self, api: str | int) -> int:
+        key = api if isinstance(api, int) else API_KEYS.get(api)
+        if key is None:
+            raise ValueError(f"unknown Kafka API {api!r}; known: {', '.join(API_KEYS)}")
+        return key
 
     def set_down(self, broker_id: int = -1) -> None:
         """Disconnect a broker node (-1: all) and refuse new connections to it."""

@@ -1,62 +1,129 @@
-"""``make demo``: the embedded broker, sample orders, and a share-group member working the queue.
+"""``make demo``: the main job on a laptop.
 
-Short, complete and runnable on a laptop: no Kafka install, no JVM broker.
+An embedded share-group broker, a producer of sample orders, and a Spark query reading
+``format("sharegroup")`` into a Delta table. One line per micro-batch, then a summary read
+from the state tables. Finishes by itself in about two minutes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
 
 from sharegroup_source.broker import EmbeddedBroker
-from sharegroup_source.share_client import Ack, AckType, ShareClient
+from sharegroup_source.sinks import DeltaBatchWriter
+from state_store import StateStore
 
-ORDERS = 5_000
-PARTITIONS = 4
+TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
+ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
 
 
-def _orders(count: int) -> list[tuple[int, bytes, bytes]]:
+def produce_orders(servers: str, done: threading.Event) -> None:
+    """Orders arrive over PRODUCE_SECONDS, as a live system would send them."""
     rng = random.Random(7)
-    rows = []
-    for order_id in range(count):
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    per_tick = ORDERS // (PRODUCE_SECONDS * 10)
+    for order_id in range(ORDERS):
         order = {"order_id": order_id, "sku": f"sku-{rng.randrange(100)}", "qty": rng.randrange(1, 5)}
-        rows.append((order_id % PARTITIONS, str(order_id).encode(), json.dumps(order).encode()))
-    return rows
+        producer.produce(TOPIC, key=str(order_id).encode(), value=json.dumps(order).encode(),
+                         partition=order_id % PARTITIONS)
+        if order_id % per_tick == per_tick - 1:
+            producer.poll(0)
+            time.sleep(0.1)
+    producer.flush(30)
+    done.set()
+
+
+def spark_session() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+    builder = (SparkSession.builder.master("local[2]").appName("sharegroup-demo")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false"))
+    if conf.exists():
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={conf}")
+    return builder.getOrCreate()
+
+
+def has_delta_spark(spark: SparkSession) -> bool:
+    try:
+        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+        return True
+    except Exception:
+        return False
+
+
+def progress(state: Path) -> dict:
+    return StateStore(str(state)).progress.totals(GROUP)
 
 
 def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="sharegroup-demo-"))
+    state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
+    produced = threading.Event()
     with EmbeddedBroker(lock_duration_ms=30_000) as broker:
-        broker.create_topic("orders", PARTITIONS)
-        print(f"embedded broker at {broker.bootstrap_servers}, topic orders:{PARTITIONS}")
-        from confluent_kafka import Producer
+        broker.create_topic(TOPIC, PARTITIONS)
+        print(f"embedded broker {broker.bootstrap_servers}; topic {TOPIC}:{PARTITIONS}; output in {work}")
+        spark = spark_session()
+        orders = (spark.readStream.format("sharegroup")
+                  .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+                  .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
+                  .option("stateLocation", str(state)).option("maxRecordsPerTrigger", 2_000)
+                  .load())
+        writer = DeltaBatchWriter(sink, app_id="demo-orders")
+        use_delta_spark = has_delta_spark(spark)
 
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
-        for partition, key, value in _orders(ORDERS):
-            producer.produce("orders", key=key, value=value, partition=partition)
-        producer.flush(30)
-        print(f"produced {ORDERS} orders")
+        def write_batch(frame: DataFrame, batch_id: int) -> None:
+            if use_delta_spark:
+                frame.write.format("delta").mode("append").option("txnAppId", "demo-orders") \
+                    .option("txnVersion", batch_id).save(str(sink))
+            else:
+                writer(frame, batch_id)
+            counters = progress(state)
+            print(f"batch {batch_id:3d}: {frame.count():5d} records | acknowledged {counters.get('accepted', 0):6d}"
+                  f" | redelivered+deduped {counters.get('redeliveries_deduped', 0):3d}"
+                  f" | lock headroom {counters.get('min_lock_headroom_ms', -1) / 1000:5.1f}s", flush=True)
 
-        config = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "orders-workers"}
-        accepted = released = 0
+        query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
+                 .trigger(processingTime="2 seconds").start())
+        threading.Thread(target=produce_orders, args=(broker.bootstrap_servers, produced), daemon=True).start()
         started = time.monotonic()
-        with ShareClient(config, ["orders"], max_poll_records=1_000) as client:
-            while accepted < ORDERS and time.monotonic() - started < 60:
-                records = client.poll(1.0)
-                acks = []
-                for record in records:
-                    # every 50th order fails once: RELEASE puts it back for a later delivery
-                    retry = record.delivery_count() == 1 and int(record.key()) % 50 == 0
-                    acks.append(Ack(record.topic(), record.partition(), record.offset(),
-                                    AckType.RELEASE if retry else AckType.ACCEPT))
-                client.acknowledge(acks)
-                if records:
-                    failed = [r for r in client.commit() if not r.ok]
-                    accepted += sum(a.type is AckType.ACCEPT for a in acks)
-                    released += sum(a.type is AckType.RELEASE for a in acks)
-                    print(f"poll: {len(records):5d} records, accepted {accepted:5d}, released {released:3d}"
-                          + (f", failed acks on {len(failed)} partition(s)" if failed else ""))
-        print(f"done: {accepted} orders accepted ({released} retried once) in {time.monotonic() - started:.1f}s")
+        while time.monotonic() - started < RUN_LIMIT_SECONDS and query.isActive:
+            if produced.is_set() and progress(state).get("accepted", 0) >= ORDERS:
+                break
+            time.sleep(1)
+        query.stop()
+        summarize(spark, state, sink, time.monotonic() - started)
+        spark.stop()
+    if os.environ.get("SHAREGROUP_DEMO_KEEP") != "1":
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def summarize(spark: SparkSession, state: Path, sink: Path, seconds: float) -> None:
+    store = StateStore(str(state))
+    statuses: dict[str, int] = {}
+    for entry in store.ledger.entries(GROUP):
+        statuses[entry.status] = statuses.get(entry.status, 0) + entry.record_count
+    table = DeltaTable(str(sink)).to_pyarrow_table(columns=["key"]) if (sink / "_delta_log").exists() else None
+    rows = table.num_rows if table is not None else 0
+    distinct = len(set(table.column("key").to_pylist())) if table is not None else 0
+    counters = progress(state)
+    print("\nsummary")
+    print(f"  produced {ORDERS} orders; Delta sink holds {rows} rows ({distinct} distinct) after {seconds:.0f}s")
+    print(f"  ledger records by status: {statuses}")
+    print(f"  acquired {counters.get('acquired', 0)}, accepted {counters.get('accepted', 0)}, "
+          f"ack failures {counters.get('ack_failures', 0)}, "
+          f"redeliveries deduped {counters.get('redeliveries_deduped', 0)}")
 
 
 if __name__ == "__main__":

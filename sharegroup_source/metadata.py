@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["ClusterError", "partition_counts"]
+__all__ = ["ClusterError", "log_end_offsets", "partition_counts"]
 
 
 class ClusterError(RuntimeError):
@@ -38,3 +38,16 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
             raise ClusterError(f"topic {topic!r} does not exist at bootstrap.servers={servers} (topics: {known})")
         counts[topic] = len(found.partitions)
     return counts
+
+
+def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
+                    ) -> dict[tuple[str, int], int]:
+    """High watermark of every partition of ``partitions`` (topic -> partition count)."""
+    consumer = Consumer({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False})
+    try:
+        return {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                for topic, count in partitions.items() for p in range(count)}
+    except KafkaException as error:
+        raise ClusterError(f"cannot read log end offsets: {error.args[0].str()}") from None
+    finally:
+        consumer.close()

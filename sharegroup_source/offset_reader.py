@@ -35,7 +35,8 @@ class OffsetRangeReader:
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self._consumer = Consumer({
             **config,
-            "group.id": config.get("group.id", "sharegroup-replay"),
+            # never the share group's id: a classic member under that id would clash with it
+            "group.id": "sharegroup-replay",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,

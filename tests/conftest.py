@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sharegroup_source.broker import API_KEYS
 from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_under_test
 
 
@@ -24,3 +25,26 @@ def kafka() -> Iterator[KafkaUnderTest]:
     finally:
         if broker is not None:
             broker.close()
+
+
+@pytest.fixture(autouse=True)
+def _faults_end_with_the_test(request):
+    """Injected errors a test left unconsumed, or a node left down, must not leak into the next test."""
+    yield
+    if "kafka" in request.fixturenames:
+        broker = request.getfixturevalue("kafka").embedded
+        if broker is not None:
+            for api in API_KEYS:
+                broker.clear_failures(api)
+            broker.set_up(-1)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from tests.spark_session import local_spark
+
+    session = local_spark()
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,94 @@
+"""Where acknowledgements are sent: committed epochs become ShareAcknowledge requests.
+
+An epoch's records are ACCEPTed only once Spark committed the epoch; a recorded decision
+(RELEASE, REJECT) replaces ACCEPT for its record. Locks are member-bound, so only epochs
+this run acquired can be acknowledged; the rest come back on lock expiry and are
+deduplicated against the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from sharegroup_source.progress import SourceCounters
+from sharegroup_source.share_client import Ack, AckResult, AckType, ShareClient
+from state_store import LedgerEntry, StateStore
+
+__all__ = ["Acknowledger"]
+
+log = logging.getLogger(__name__)
+
+#: A batch that used more than this share of its lock duration earns a warning.
+LOCK_WARNING_SHARE = 0.8
+
+
+class Acknowledger:
+    def __init__(self, client: ShareClient, store: StateStore, query_id: str, counters: SourceCounters,
+                 lock_duration_ms: int):
+        self._client = client
+        self._store = store
+        self._query_id = query_id
+        self._counters = counters
+        self._lock_duration_ms = lock_duration_ms
+
+    def settle(self, entries: Iterable[LedgerEntry]) -> dict[int, str]:
+        """Acknowledge committed epochs this run holds; returns each epoch's new ledger status."""
+        entries = list(entries)
+        if not entries:
+            return {}
+        epochs = [e.epoch for e in entries]
+        decisions = self._store.decisions.for_epochs(self._query_id, epochs)
+        acks = [Ack(r.topic, r.partition, offset, AckType(decisions.get((r.topic, r.partition, offset),
+                                                                        ("ACCEPT", None))[0]))
+                for entry in entries for r in entry.ranges for offset in r.offsets()]
+        failed = self.send(acks)
+        statuses = {}
+        for entry in entries:
+            touched = {(r.topic, r.partition) for r in entry.ranges}
+            statuses[entry.epoch] = "ACK_FAILED" if touched & failed else "ACKED"
+            self._warn_on_lock_headroom(entry)
+        self._set_statuses(statuses)
+        return statuses
+
+    def release(self, entries: Iterable[LedgerEntry]) -> None:
+        """Give uncommitted epochs back to the group, so other members need not wait for expiry."""
+        entries = list(entries)
+        acks = [Ack(r.topic, r.partition, o, AckType.RELEASE) for e in entries for r in e.ranges for o in r.offsets()]
+        if acks:
+            # status first: if the process dies before the acks leave, the locks expire anyway
+            self._set_statuses({e.epoch: "RELEASED" for e in entries})
+            self.send(acks)
+
+    def send(self, acks: list[Ack]) -> set[tuple[str, int]]:
+        """Stage and commit ``acks``; returns the share-partitions whose acknowledgement failed."""
+        if not acks:
+            return set()
+        self._client.acknowledge(acks)
+        results: list[AckResult] = self._client.commit()
+        failed = {(r.topic, r.partition) for r in results if not r.ok}
+        by_type = Counter(a.type for a in acks if (a.topic, a.partition) not in failed)
+        self._counters.accepted += by_type[AckType.ACCEPT]
+        self._counters.released += by_type[AckType.RELEASE]
+        self._counters.rejected += by_type[AckType.REJECT]
+        self._counters.ack_failures += sum((a.topic, a.partition) in failed for a in acks)
+        for result in results:
+            if not result.ok:
+                log.warning("acknowledgement of %s[%d] failed (%s); its records will be redelivered and "
+                            "deduplicated", result.topic, result.partition, result.error)
+        return failed
+
+    def _set_statuses(self, statuses: dict[int, str]) -> None:
+        for status in set(statuses.values()):
+            self._store.ledger.set_status(self._query_id, [e for e, s in statuses.items() if s == status], status)
+
+    def _warn_on_lock_headroom(self, entry: LedgerEntry) -> None:
+        used_ms = time.time() * 1000 - entry.acquired_at_ms
+        self._counters.min_lock_headroom_ms = min(self._counters.min_lock_headroom_ms,
+                                                  int(self._lock_duration_ms - used_ms))
+        if used_ms > LOCK_WARNING_SHARE * self._lock_duration_ms:
+            log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement; lower "
+                        "maxRecordsPerTrigger or raise the group's share.record.lock.duration.ms",
+                        entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)

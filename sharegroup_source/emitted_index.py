@@ -1,0 +1,68 @@
+"""Which (topic, partition, offset) this query already emitted, and in which epoch.
+
+A record whose acknowledgement was lost comes back from the broker with a higher delivery
+count. If its epoch reached the sink, emitting it again would duplicate it: the source
+acknowledges the copy instead. Ranges, not per-record sets, keep this small.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from state_store import LedgerEntry
+
+__all__ = ["EmittedIndex"]
+
+
+class EmittedIndex:
+    def __init__(self, entries: Iterable[LedgerEntry] = ()):
+        # per (topic, partition), sorted by first offset: firsts, (last, gaps, epoch), and the
+        # running maximum of ``last`` so a lookup stops as soon as no earlier range can reach
+        self._firsts: dict[tuple[str, int], list[int]] = {}
+        self._ranges: dict[tuple[str, int], list[tuple[int, frozenset[int], int]]] = {}
+        self._reach: dict[tuple[str, int], list[int]] = {}
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: LedgerEntry) -> None:
+        for r in entry.ranges:
+            key = (r.topic, r.partition)
+            firsts = self._firsts.setdefault(key, [])
+            ranges = self._ranges.setdefault(key, [])
+            at = bisect.bisect_right(firsts, r.first)
+            firsts.insert(at, r.first)
+            ranges.insert(at, (r.last, frozenset(r.gaps), entry.epoch))
+            self._recompute_reach(key, at)
+
+    def remove_epoch(self, epoch: int) -> None:
+        for key, ranges in self._ranges.items():
+            keep = [i for i, (_, _, e) in enumerate(ranges) if e != epoch]
+            if len(keep) != len(ranges):
+                self._ranges[key] = [ranges[i] for i in keep]
+                self._firsts[key] = [self._firsts[key][i] for i in keep]
+                self._recompute_reach(key, 0)
+
+    def _recompute_reach(self, key: tuple[str, int], start: int) -> None:
+        ranges, reach = self._ranges[key], self._reach.setdefault(key, [])
+        del reach[start:]
+        for last, _, _ in ranges[start:]:
+            reach.append(max(last, reach[-1]) if reach else last)
+
+    def epoch_of(self, topic: str, partition: int, offset: int) -> int | None:
+        """The epoch that emitted this record, or None if this query never emitted it."""
+        key = (topic, partition)
+        firsts = self._firsts.get(key)
+        if not firsts:
+            return None
+        ranges, reach = self._ranges[key], self._reach[key]
+        at = bisect.bisect_right(firsts, offset) - 1
+        while at >= 0 and reach[at] >= offset:
+            last, gaps, epoch = ranges[at]
+            if offset <= last and offset not in gaps:
+                return epoch
+            at -= 1
+        return None
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._ranges.values())

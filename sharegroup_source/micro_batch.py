@@ -1,0 +1,224 @@
+"""Driver side of a micro-batch: acquire an epoch, ledger it, plan it, settle it.
+
+One instance lives in the driver's Python worker for a query run. Spark calls
+``latestOffset(N)`` before ``commit(N)`` (and ``commit(N)`` only when it builds batch N+1),
+and an explicit-mode share consumer cannot poll until its last poll is acknowledged:
+so every committed epoch is settled first thing in ``latest_offset``, and again,
+idempotently, in ``commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+from confluent_kafka import Message
+
+from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.emitted_index import EmittedIndex
+from sharegroup_source.metadata import log_end_offsets
+from sharegroup_source.options import SourceOptions
+from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
+from sharegroup_source.progress import SourceCounters
+from sharegroup_source.schema import records_to_arrow, to_ipc
+from sharegroup_source.share_client import Ack, AckType, ShareClient
+from state_store import LedgerEntry, OffsetRange, StateStore
+
+__all__ = ["MicroBatchDriver", "StateMismatchError"]
+
+log = logging.getLogger(__name__)
+
+UNSETTLED = ("ACQUIRED", "EMITTED")
+SETTLED = ("ACKED", "ACK_FAILED")
+#: How long an AvailableNow run keeps polling an empty queue before it ends.
+AVAILABLE_NOW_IDLE_S = 5.0
+
+
+class StateMismatchError(RuntimeError):
+    """The state location belongs to another checkpoint."""
+
+
+class MicroBatchDriver:
+    def __init__(self, options: SourceOptions):
+        self._options = options
+        self._query_id = options.group_id
+        self._run_id = uuid.uuid4().hex
+        self.store = StateStore(options.state_location)
+        self.counters = SourceCounters()
+        self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
+                                   metadata_timeout_s=30)
+        self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
+        # epochs this run's member acquired and has not settled, with their payload
+        self._held: dict[int, LedgerEntry] = {}
+        self._payload: dict[int, pa.Table] = {}
+        live = self.store.ledger.entries(self._query_id, statuses=(*UNSETTLED, "ACK_FAILED"))
+        self._emitted = EmittedIndex(live)
+        # unsettled epochs of an earlier run: their locks died with that run's member
+        self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
+        self._available_now: dict[tuple[str, int], int] | None = None
+        self._published: dict[str, int] = {}
+
+    # -- Spark's calls ---------------------------------------------------------------
+    def initial_offset(self) -> dict:
+        """Always epoch 0: Spark asks again when it re-runs batch 0, so the answer must not move."""
+        return {"epoch": 0}
+
+    def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
+        try:
+            return self._latest_offset(start, max_records)
+        finally:
+            self._publish_counters()
+
+    def _latest_offset(self, start: Mapping, max_records: int | None) -> dict:
+        start_epoch = int(start["epoch"])
+        self.settle_through(start_epoch)
+        next_epoch = start_epoch + 1
+        ledgered = self.store.ledger.get(self._query_id, next_epoch)
+        if ledgered is not None:
+            if ledgered.status in SETTLED:
+                raise StateMismatchError(
+                    f"stateLocation={self._options.state_location} already settled epoch {next_epoch}, which "
+                    f"this checkpoint has not started: each checkpoint needs its own stateLocation")
+            return {"epoch": next_epoch}  # ledgered by an earlier run before Spark logged it: same epoch again
+        fresh = self._acquire(max_records)
+        if not fresh:
+            return dict(start)
+        entry = self._ledger_entry(next_epoch, fresh)
+        self.store.ledger.write_epoch(entry)
+        self._held[next_epoch] = entry
+        self._payload[next_epoch] = records_to_arrow(fresh, next_epoch, self._options.include_headers)
+        self._emitted.add(entry)
+        self.counters.acquired += len(fresh)
+        self.counters.epochs += 1
+        return {"epoch": next_epoch}
+
+    def plan(self, start: Mapping, end: Mapping) -> list:
+        partitions: list = []
+        emitted = []
+        for epoch in range(int(start["epoch"]) + 1, int(end["epoch"]) + 1):
+            if epoch in self._payload:
+                partitions += self._payload_partitions(epoch, self._payload[epoch])
+                emitted.append(epoch)
+                continue
+            entry = self.store.ledger.get(self._query_id, epoch)
+            if entry is None:
+                raise RuntimeError(
+                    f"epoch {epoch} is in Spark's checkpoint but not in the ledger at stateLocation="
+                    f"{self._options.state_location}: was the state location changed or deleted?")
+            partitions += self._replay_partitions(entry)
+            if entry.status == "RELEASED":
+                emitted.append(epoch)
+                self._emitted.add(entry)
+            if entry.status in ("RELEASED", *UNSETTLED):
+                self._foreign[epoch] = entry
+        if emitted:
+            self.store.ledger.set_status(self._query_id, emitted, "EMITTED")
+        return partitions
+
+    def commit(self, epoch: int) -> None:
+        try:
+            self.settle_through(epoch)
+        finally:
+            self._publish_counters()
+
+    def settle_through(self, epoch: int) -> None:
+        held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
+        for entry in held:
+            self._payload.pop(entry.epoch, None)
+        statuses = self._acks.settle(held)
+        for e, status in statuses.items():
+            if status == "ACKED":
+                self._emitted.remove_epoch(e)
+        foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
+        if foreign:
+            self.store.ledger.set_status(self._query_id, [e.epoch for e in foreign], "ACK_FAILED")
+            self.counters.ack_failures += sum(e.record_count for e in foreign)
+
+    def stop(self) -> None:
+        try:
+            self._acks.release(self._held[e] for e in sorted(self._held))
+            self._held.clear()
+            self._payload.clear()
+            self._publish_counters()
+        finally:
+            self._client.close()
+
+    def prepare_available_now(self) -> None:
+        """Only records already in the log now belong to this run; later ones wait for the next."""
+        self._available_now = log_end_offsets(self._options.client_config, self._client.partitions)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _publish_counters(self) -> None:
+        snapshot = self.counters.snapshot()
+        if snapshot != self._published:
+            self.store.progress.append(self._query_id, self._run_id, snapshot)
+            self._published = snapshot
+
+    def _acquire(self, max_records: int | None) -> list[Message]:
+        """Poll until fresh records arrive or the queue stays idle long enough.
+
+        Redeliveries are settled on the spot and do not end the wait. Under
+        Trigger.AvailableNow an empty answer ends the run, and a new member's first polls
+        return nothing until its assignment arrives, so emptiness must last a while.
+        """
+        idle_s = AVAILABLE_NOW_IDLE_S if self._available_now is not None else self._options.poll_timeout_ms / 1000
+        idle_until = time.monotonic() + idle_s
+        while True:
+            fresh = self._admit(self._client.poll(self._options.poll_timeout_ms / 1000), max_records)
+            if fresh or time.monotonic() >= idle_until:
+                return fresh
+
+    def _admit(self, records: Sequence[Message], max_records: int | None) -> list[Message]:
+        """Split a poll into fresh records, redeliveries to re-accept and records to give back."""
+        fresh: list[Message] = []
+        immediate: list[Ack] = []
+        for record in records:
+            key = (record.topic(), record.partition(), record.offset())
+            if self._emitted.epoch_of(*key) is not None:
+                immediate.append(Ack(*key, AckType.ACCEPT))
+                self.counters.redeliveries_deduped += 1
+            elif (max_records is not None and len(fresh) >= max_records) or self._beyond_target(key):
+                immediate.append(Ack(*key, AckType.RELEASE))
+            else:
+                fresh.append(record)
+        self._acks.send(immediate)
+        return fresh
+
+    def _beyond_target(self, key: tuple[str, int, int]) -> bool:
+        if self._available_now is None:
+            return False
+        return key[2] >= self._available_now.get(key[:2], 0)
+
+    def _ledger_entry(self, epoch: int, records: Sequence[Message]) -> LedgerEntry:
+        by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for r in records:
+            by_partition.setdefault((r.topic(), r.partition()), []).append((r.offset(), r.delivery_count() or 1))
+        ranges = []
+        for (topic, partition), pairs in sorted(by_partition.items()):
+            pairs.sort()
+            offsets = [o for o, _ in pairs]
+            present = set(offsets)
+            gaps = tuple(o for o in range(offsets[0], offsets[-1] + 1) if o not in present)
+            ranges.append(OffsetRange(topic, partition, offsets[0], offsets[-1], gaps, tuple(c for _, c in pairs)))
+        now_ms = int(time.time() * 1000)
+        return LedgerEntry(self._query_id, epoch, tuple(ranges), self._run_id, now_ms,
+                           now_ms + self._options.lock_duration_ms, "ACQUIRED")
+
+    def _payload_partitions(self, epoch: int, table: pa.Table) -> list[PayloadPartition]:
+        table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        size = self._options.max_records_per_partition
+        return [PayloadPartition(epoch, to_ipc(table.slice(at, size))) for at in range(0, table.num_rows, size)]
+
+    def _replay_partitions(self, entry: LedgerEntry) -> list[ReplayPartition]:
+        size = self._options.max_records_per_partition
+        parts = []
+        for r in entry.ranges:
+            offsets, counts = r.offsets(), list(r.delivery_counts)
+            for at in range(0, len(offsets), size):
+                parts.append(ReplayPartition(entry.epoch, r.topic, r.partition, offsets[at:at + size],
+                                             counts[at:at + size], self._options.include_headers,
+                                             self._options.fail_on_data_loss, self._options.client_config))
+        return parts

@@ -1,0 +1,77 @@
+"""Executor side: turn one InputPartition into Arrow RecordBatches.
+
+A fresh epoch's partition carries its payload, so reading it touches no network. A
+replayed epoch's partition carries offsets only; a plain consumer reads them back. No
+share consumer is ever opened here: acquisition locks live on the driver's member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from sharegroup_source.offset_reader import OffsetRangeReader
+from sharegroup_source.redaction import redact
+from sharegroup_source.schema import from_ipc, records_to_arrow
+
+__all__ = ["DataLossError", "PayloadPartition", "ReplayPartition", "read_partition"]
+
+
+class DataLossError(RuntimeError):
+    """Offsets recorded in the ledger are no longer in the log."""
+
+
+@dataclass
+class PayloadPartition(InputPartition):
+    """Records acquired by the driver in this run, as Arrow IPC bytes."""
+
+    epoch: int
+    payload: bytes
+
+    def __repr__(self) -> str:
+        return f"PayloadPartition(epoch={self.epoch}, bytes={len(self.payload)})"
+
+
+@dataclass
+class ReplayPartition(InputPartition):
+    """Offsets of one topic-partition of a ledgered epoch, to read back by position."""
+
+    epoch: int
+    topic: str
+    partition: int
+    offsets: list[int]
+    delivery_counts: list[int]
+    include_headers: bool
+    fail_on_data_loss: bool
+    client_config: Mapping[str, str] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return (f"ReplayPartition(epoch={self.epoch}, {self.topic}[{self.partition}] "
+                f"{self.offsets[0]}..{self.offsets[-1]} ({len(self.offsets)} records), "
+                f"config={redact(self.client_config)})")
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, PayloadPartition):
+        yield from from_ipc(partition.payload).to_batches()
+    elif isinstance(partition, ReplayPartition):
+        yield from _replay(partition).to_batches()
+    else:
+        raise TypeError(f"not a sharegroup partition: {partition!r}")
+
+
+def _replay(part: ReplayPartition) -> pa.Table:
+    with OffsetRangeReader(part.client_config) as reader:
+        result = reader.read(part.topic, part.partition, part.offsets)
+    if result.missing and part.fail_on_data_loss:
+        shown = ", ".join(map(str, result.missing[:10])) + (" ..." if len(result.missing) > 10 else "")
+        raise DataLossError(
+            f"epoch {part.epoch}: {len(result.missing)} record(s) of {part.topic}[{part.partition}] recorded in the "
+            f"ledger are no longer in the log (offsets {shown}); set failOnDataLoss=false to skip them"
+        )
+    counts = {(part.topic, part.partition, o): c for o, c in zip(part.offsets, part.delivery_counts, strict=True)}
+    records = sorted(result.records, key=lambda r: r.offset())
+    return records_to_arrow(records, part.epoch, part.include_headers, counts)

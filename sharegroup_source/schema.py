@@ -1,0 +1,101 @@
+"""Output schema: Spark's Kafka source columns plus ``deliveryCount`` and ``epoch``.
+
+Records travel as Arrow from the moment they leave the consumer: the driver packs an
+epoch's payload into InputPartitions as Arrow IPC, executors yield RecordBatches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+from confluent_kafka import Message
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+__all__ = ["arrow_schema", "from_ipc", "records_to_arrow", "spark_schema", "to_ipc"]
+
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(StructType([
+            StructField("key", StringType()), StructField("value", BinaryType())]))))
+    fields += [StructField("deliveryCount", IntegerType()), StructField("epoch", LongType())]
+    return StructType(fields)
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", pa.list_(_HEADER)))
+    fields += [("deliveryCount", pa.int32()), ("epoch", pa.int64())]
+    return pa.schema(fields)
+
+
+def records_to_arrow(
+    records: Sequence[Message],
+    epoch: int,
+    include_headers: bool,
+    delivery_counts: Mapping[tuple[str, int, int], int] | None = None,
+) -> pa.Table:
+    """Records as the output table; ``delivery_counts`` overrides the messages' own counts.
+
+    Replayed records come from a plain consumer that knows no delivery count, so the
+    ledger supplies it.
+    """
+    timestamps = [r.timestamp() for r in records]
+    columns = {
+        "key": [r.key() for r in records],
+        "value": [r.value() for r in records],
+        "topic": [r.topic() for r in records],
+        "partition": [r.partition() for r in records],
+        "offset": [r.offset() for r in records],
+        "timestamp": [ms * 1000 if kind else None for kind, ms in timestamps],
+        "timestampType": [kind - 1 for kind, _ in timestamps],  # Kafka ids: -1 none, 0 create, 1 log append
+    }
+    if include_headers:
+        columns["headers"] = [[{"key": k, "value": v} for k, v in (r.headers() or [])] for r in records]
+    if delivery_counts is None:
+        columns["deliveryCount"] = [r.delivery_count() or 1 for r in records]
+    else:
+        columns["deliveryCount"] = [delivery_counts[(r.topic(), r.partition(), r.offset())] for r in records]
+    columns["epoch"] = [epoch] * len(records)
+    return pa.Table.from_pydict(columns, schema=arrow_schema(include_headers))
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(payload: bytes) -> pa.Table:
+    return pa.ipc.open_stream(payload).read_all()

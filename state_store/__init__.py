@@ -1,0 +1,50 @@
+"""Delta-backed state of a share-group query: ledger, ack decisions, share-partition state, dead letters,
+progress counters.
+
+Imports only deltalake, pyarrow and the standard library, so it runs in Spark's driver and
+executor Python workers (which have no SparkSession) and in plain processes alike.
+"""
+
+from state_store.dead_letters import DeadLetters
+from state_store.decisions import Decisions
+from state_store.delta_table import Footprint
+from state_store.errors import StateStoreError
+from state_store.ledger import STATUSES, Ledger, LedgerEntry, OffsetRange
+from state_store.progress import ProgressTable
+from state_store.share_partition import (
+    AckType,
+    AcquiredRecords,
+    InvalidRecordStateError,
+    PersistedBatch,
+    PersistedState,
+    RecordState,
+    ShareConfig,
+    SharePartition,
+    StateBatch,
+)
+from state_store.share_state import Acquisition, ShareStateTable
+from state_store.store import StateStore
+
+__all__ = [
+    "STATUSES",
+    "AckType",
+    "AcquiredRecords",
+    "Acquisition",
+    "DeadLetters",
+    "Decisions",
+    "Footprint",
+    "InvalidRecordStateError",
+    "Ledger",
+    "LedgerEntry",
+    "OffsetRange",
+    "PersistedBatch",
+    "PersistedState",
+    "ProgressTable",
+    "RecordState",
+    "ShareConfig",
+    "SharePartition",
+    "ShareStateTable",
+    "StateBatch",
+    "StateStore",
+    "StateStoreError",
+]

@@ -1,0 +1,351 @@
+"""One Delta table under the state root: lazy creation, schema check, cached reads, compare-and-swap writes.
+
+Why cached reads: the driver reads the ledger every micro-batch, and a table that gains one small
+data file per commit costs ~0.7 ms per file to scan from scratch. Data files are immutable, so
+each is read once and kept until it leaves the snapshot (compaction); a read costs an incremental
+log update plus the files added since the last read.
+
+Why compare-and-swap: every write is planned against the version just read and committed with
+``max_commit_retries=0``, so a concurrent commit makes it fail (CommitFailedError) instead of
+landing on state it never saw. The plan is then recomputed on the new version. That single rule
+makes read-modify-write updates (share-partition state), "first writer wins" (ledger epochs),
+"skip what is already there" (dead letters) and whole-table rewrites (maintenance) safe with
+any number of writers, in one process or many.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+
+from state_store.errors import StateStoreError
+
+__all__ = ["Footprint", "Snapshot", "StateTable", "Write", "local_path", "table_uri"]
+
+#: Concurrent commits a write outlasts before giving up (each lost race costs one re-plan).
+MAX_COMMIT_ATTEMPTS = 500
+#: Files no commit references (a writer lost a race after writing them) are deleted after this long,
+#: so a file a concurrent writer has written but not yet committed is never taken from under it.
+ORPHAN_RETENTION_HOURS = 1
+
+
+@dataclass(frozen=True)
+class Write:
+    """What a planned commit writes: rows appended, or rows replacing those matching ``predicate``."""
+
+    data: pa.Table
+    mode: Literal["append", "overwrite"] = "append"
+    predicate: str | None = None
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Size of a table's current snapshot: live data files and their bytes."""
+
+    version: int | None
+    files: int
+    bytes: int
+
+
+class _Piece:
+    """The rows of one immutable data file, with their Python form made on first use."""
+
+    __slots__ = ("_rows", "table")
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self._rows: list[dict[str, Any]] | None = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = self.table.to_pylist()
+        return self._rows
+
+
+class Snapshot:
+    """The rows of one table version (``version`` None: the table does not exist yet)."""
+
+    def __init__(self, version: int | None, pieces: tuple[_Piece, ...], schema: pa.Schema):
+        self.version = version
+        self._pieces = pieces
+        self._schema = schema
+
+    @property
+    def next_version(self) -> int:
+        """The version a commit planned on this snapshot will have if it wins."""
+        return 0 if self.version is None else self.version + 1
+
+    def table(self) -> pa.Table:
+        if not self._pieces:
+            return self._schema.empty_table()
+        return pa.concat_tables([p.table for p in self._pieces])
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for piece in self._pieces for row in piece.rows()]
+
+
+def table_uri(root: str, name: str) -> str:
+    """``root/name`` for a local path or a URI (s3://, abfss://, file://, ...)."""
+    return f"{root.rstrip('/')}/{name}" if "://" in root else os.path.join(root, name)
+
+
+def local_path(uri: str) -> str | None:
+    """The filesystem path of a local table, or None for an object store."""
+    if "://" not in uri:
+        return os.path.abspath(uri)
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme == "file" else None
+
+
+def file_in_the_way(path: str) -> str | None:
+    """The first part of ``path`` that exists as something other than a directory, if any."""
+    probe = path
+    while True:
+        if os.path.lexists(probe):
+            return None if os.path.isdir(probe) else probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+
+
+def _reason(exc: BaseException) -> str:
+    """delta-rs messages carry a backtrace after the first line; the first line is the reason."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _describe(schema: Schema) -> str:
+    return ", ".join(f"{f.name} {_type_name(f.type)}" for f in schema.fields)
+
+
+def _type_name(kind: Any) -> str:
+    if hasattr(kind, "element_type"):
+        return f"array<{_type_name(kind.element_type)}>"
+    if hasattr(kind, "fields"):
+        return "struct<" + ", ".join(f"{f.name} {_type_name(f.type)}" for f in kind.fields) + ">"
+    return str(getattr(kind, "type", kind))
+
+
+class StateTable:
+    """A Delta table holding one kind of state, created by its first write."""
+
+    def __init__(self, root: str, name: str, schema: pa.Schema, *,
+                 storage_options: dict[str, str] | None = None,
+                 log_retention: timedelta = timedelta(minutes=1)):
+        self.name = name
+        self.uri = table_uri(root, name)
+        self.schema = schema
+        self._local = local_path(self.uri)
+        self._storage_options = storage_options
+        retention_s = int(log_retention.total_seconds())
+        self._configuration = {"delta.logRetentionDuration": f"interval {retention_s} seconds"}
+        self._dt: DeltaTable | None = None
+        self._existed = False  # opened once: from then on its absence is an error, not "not created yet"
+        self._fs: pafs.FileSystem | None = None
+        self._pieces: dict[str, _Piece] = {}
+        self._own_append: tuple[int, pa.Table] | None = None  # (version, rows) of our last append
+
+    # -- reading -----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The latest committed rows (an empty snapshot while the table does not exist)."""
+        return self._sync(self._open())
+
+    def footprint(self) -> Footprint:
+        dt = self._open()
+        if dt is None:
+            return Footprint(None, 0, 0)
+        sizes = pa.table(dt.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
+        return Footprint(dt.version(), len(sizes), sum(sizes))
+
+    # -- writing -----------------------------------------------------------------------------
+    def commit(self, plan: Callable[[Snapshot], Write | None]) -> int | None:
+        """Plan a write on the latest snapshot and commit it only onto that version; re-plan on a race.
+
+        Returns the committed version, or None when ``plan`` found nothing to write.
+        """
+        for attempt in range(MAX_COMMIT_ATTEMPTS):
+            dt = self._open() or self._create()
+            snapshot = self._sync(dt)
+            write = plan(snapshot)
+            if write is None:
+                return None
+            data = write.data.select(self.schema.names).cast(self.schema)
+            try:
+                write_deltalake(dt, data, mode=write.mode, predicate=write.predicate,
+                                commit_properties=CommitProperties(max_commit_retries=0))
+            except CommitFailedError:
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # spread out the racers
+                continue
+            except (DeltaError, OSError, pa.ArrowException) as exc:
+                raise self._error("cannot write", exc) from exc
+            if write.mode == "append":
+                self._own_append = (snapshot.next_version, data)
+            return snapshot.next_version
+        raise StateStoreError(f"gave up writing the {self.name} table at {self.uri}: "
+                              f"{MAX_COMMIT_ATTEMPTS} concurrent commits won the race first")
+
+    def maintain(self, rewrite: Callable[[Snapshot], pa.Table | None] | None = None) -> None:
+        """Keep the table small: optional rewrite, compaction, checkpoint, log cleanup, vacuum.
+
+        ``rewrite`` returns the rows the table should hold instead (or None to keep it as is);
+        it is a compare-and-swap commit like any other, so no concurrent write is lost. Vacuum
+        removes files compaction and rewrites replaced at once, and files no commit references
+        (written by losers of a commit race) after ORPHAN_RETENTION_HOURS.
+        """
+        if self._open() is None:
+            return
+        if rewrite is not None:
+            self.commit(lambda s: None if (rows := rewrite(s)) is None else Write(rows, mode="overwrite"))
+        dt = self._open()
+        assert dt is not None
+        try:
+            dt.optimize.compact()
+            dt.update_incremental()
+            dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+            dt.vacuum(retention_hours=ORPHAN_RETENTION_HOURS, enforce_retention_duration=False, dry_run=False,
+                      full=True)
+            dt.update_incremental()
+            dt.create_checkpoint()  # after vacuum: a lite vacuum looks only at commits since the checkpoint
+            dt.cleanup_metadata()
+        except CommitFailedError:
+            return  # a concurrent writer won; the next maintenance run compacts what this one could not
+        except (DeltaError, OSError) as exc:
+            raise self._error("cannot maintain", exc) from exc
+
+    # -- internals ---------------------------------------------------------------------------
+    def _open(self) -> DeltaTable | None:
+        """The table at its latest version, None if it was never created; clear errors otherwise."""
+        if self._dt is not None:
+            log = self._local_log_state(self._dt)
+            if log == "latest":
+                return self._dt
+            if log != "gone":
+                try:
+                    self._dt.update_incremental()
+                    return self._dt
+                except (DeltaError, OSError):
+                    pass  # log files it relied on were cleaned up, or worse: open afresh to tell
+            self._dt = None
+        if self._local is not None:
+            self._check_local_path()
+            if not self._has_files():
+                return self._absent()
+        try:
+            dt = DeltaTable(self.uri, storage_options=self._storage_options)
+        except TableNotFoundError as exc:
+            if self._local is None:
+                return self._absent()
+            raise StateStoreError(
+                f"the {self.name} table at {self.uri} is missing: the directory holds files but no Delta "
+                f"commit in _delta_log ({_reason(exc)}); move it away or use another stateLocation") from exc
+        except (DeltaError, OSError, ValueError) as exc:
+            raise StateStoreError(f"the {self.name} table at {self.uri} is corrupt: its Delta log cannot be "
+                                  f"read ({_reason(exc)})") from exc
+        expected = Schema.from_arrow(self.schema)
+        if dt.schema() != expected:
+            raise StateStoreError(
+                f"the {self.name} table at {self.uri} has another schema: found columns "
+                f"({_describe(dt.schema())}), expected ({_describe(expected)}); point stateLocation at a new "
+                "directory")
+        self._dt = dt
+        self._existed = True
+        return dt
+
+    def _absent(self) -> None:
+        """No table: fine before its first write, an error once this process has seen it."""
+        if self._existed:
+            raise StateStoreError(f"the {self.name} table at {self.uri} is missing: it was deleted while in "
+                                  "use")
+        return None
+
+    def _local_log_state(self, dt: DeltaTable) -> Literal["latest", "behind", "gone"] | None:
+        """For a local table: is ``dt`` the latest version, is a commit newer, or is the log gone?
+
+        Two stats instead of a log update: delta-rs rebuilds its state on update_incremental after
+        a write (~3 ms) even when nothing changed. None for object stores: there, ask delta-rs.
+        """
+        if self._local is None:
+            return None
+        log = os.path.join(self._local, "_delta_log")
+        if not os.path.isdir(log):
+            return "gone"
+        return "behind" if os.path.exists(os.path.join(log, f"{dt.version() + 1:020d}.json")) else "latest"
+
+    def _create(self) -> DeltaTable:
+        created_dir = self._local is not None and not os.path.exists(self._local)
+        try:
+            DeltaTable.create(self.uri, self.schema, mode="ignore", configuration=self._configuration,
+                              storage_options=self._storage_options,
+                              commit_properties=CommitProperties(max_commit_retries=0))
+        except CommitFailedError:
+            pass  # another writer created it a moment ago
+        except (DeltaError, OSError) as exc:
+            if created_dir and self._local is not None:
+                shutil.rmtree(self._local, ignore_errors=True)  # leave nothing half-made behind
+            raise self._error("cannot create", exc) from exc
+        dt = self._open()
+        if dt is None:
+            raise StateStoreError(f"created the {self.name} table at {self.uri} but cannot find it now")
+        return dt
+
+    def _check_local_path(self) -> None:
+        assert self._local is not None
+        blocker = file_in_the_way(self._local)
+        if blocker is not None:
+            raise StateStoreError(f"cannot use {self.uri} for the {self.name} table: {blocker} is a file, "
+                                  "not a directory")
+
+    def _has_files(self) -> bool:
+        """Whether the local table directory holds any file (empty directories count as absent)."""
+        assert self._local is not None
+        return any(files for _, _, files in os.walk(self._local))
+
+    def _sync(self, dt: DeltaTable | None) -> Snapshot:
+        """Read data files that joined the snapshot since the last sync; forget those that left it."""
+        if dt is None:
+            self._pieces = {}
+            return Snapshot(None, (), self.schema)
+        try:
+            self._pieces = self._live_pieces(dt)
+        except (OSError, pa.ArrowException):
+            dt.update_incremental()  # a file was vacuumed after compaction: its replacement is newer
+            try:
+                self._pieces = self._live_pieces(dt)
+            except (OSError, pa.ArrowException) as exc:
+                raise self._error("cannot read", exc) from exc
+        return Snapshot(dt.version(), tuple(self._pieces.values()), self.schema)
+
+    def _live_pieces(self, dt: DeltaTable) -> dict[str, _Piece]:
+        paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
+        own, self._own_append = self._own_append, None
+        added = [p for p in paths if p not in self._pieces]
+        if own is not None and own[0] == dt.version() and len(added) == 1:
+            # our append won a compare-and-swap on the cached version and nothing followed it:
+            # the one new file holds exactly the rows we wrote, no need to read them back
+            self._pieces[added[0]] = _Piece(own[1])
+        return {p: self._pieces.get(p) or self._read_piece(p) for p in paths}
+
+    def _error(self, what: str, exc: BaseException) -> StateStoreError:
+        return StateStoreError(f"{what} the {self.name} table at {self.uri}: {_reason(exc)}")
+
+    def _read_piece(self, path: str) -> _Piece:
+        if self._local is not None:
+            return _Piece(pq.read_table(os.path.join(self._local, unquote(path))).cast(self.schema))
+        if self._fs is None:
+            self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._storage_options))
+        return _Piece(pq.read_table(path, filesystem=self._fs).cast(self.schema))

@@ -1,0 +1,168 @@
+"""Share-partition state in Delta: KIP-932's durable form, and the lock table of the Delta coordinator.
+
+One row per share-partition holds its SPSO, SPEO and in-flight state batches. In broker mode the
+connector saves what it observes, in KIP-932's durable form (no locks). In the Delta coordinator
+this table *is* the share-partition leader: acquiring, acknowledging and releasing are
+compare-and-swap commits of the row (read version v, apply the state machine, commit onto v or
+re-read and retry), so members in any number of processes never hold a record at the same time.
+Everything below the SPSO is dropped from the row, so it stays as small as the in-flight window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.share_partition import (
+    AckType,
+    AcquiredRecords,
+    PersistedState,
+    RecordState,
+    ShareConfig,
+    SharePartition,
+    StateBatch,
+)
+
+__all__ = ["SHARE_STATE_SCHEMA", "Acquisition", "ShareStateTable"]
+
+T = TypeVar("T")
+
+_BATCH = pa.struct([
+    pa.field("first_offset", pa.int64()),
+    pa.field("last_offset", pa.int64()),
+    pa.field("state", pa.string()),
+    pa.field("delivery_count", pa.int32()),
+    pa.field("member_id", pa.string()),
+    pa.field("lock_deadline_ms", pa.int64()),
+])
+
+SHARE_STATE_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("spso", pa.int64(), nullable=False),
+    pa.field("speo", pa.int64(), nullable=False),
+    pa.field("batches", pa.list_(_BATCH)),
+    pa.field("updated_at_ms", pa.int64(), nullable=False),
+    pa.field("commit_version", pa.int64(), nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    """Records a member locked, and the table version whose commit took the locks."""
+
+    records: tuple[AcquiredRecords, ...]
+    version: int | None  # None: nothing changed, nothing committed
+
+    @property
+    def count(self) -> int:
+        return sum(r.last - r.first + 1 for r in self.records)
+
+
+class ShareStateTable:
+    """Share-partition rows in the ``share_state`` Delta table."""
+
+    def __init__(self, table: StateTable, config: ShareConfig):
+        self.table = table
+        self.config = config
+
+    # -- broker mode: KIP-932's durable form -------------------------------------------------
+    def load(self, topic: str, partition: int) -> PersistedState | None:
+        found = self.partition(topic, partition)
+        return None if found is None else found.persisted()
+
+    def save(self, topic: str, partition: int, state: PersistedState) -> None:
+        """Replace the share-partition's row with ``state`` (last write wins)."""
+        sp = SharePartition.from_persisted(state, self.config)
+        self.table.commit(lambda snapshot: _write(snapshot, topic, partition, sp))
+
+    # -- Delta coordinator: compare-and-swap transitions --------------------------------------
+    def partition(self, topic: str, partition: int) -> SharePartition | None:
+        """The full in-flight state, locks included, or None if the share-partition has no row yet."""
+        row = _find(self.table.snapshot(), topic, partition)
+        return None if row is None else _from_row(row, self.config)
+
+    def acquire(self, topic: str, partition: int, member_id: str, max_records: int, now_ms: int,
+                log_end_offset: int, gaps: Iterable[int] = (), log_start_offset: int = 0) -> Acquisition:
+        """Lock up to ``max_records`` records for ``member_id`` (see SharePartition.acquire).
+
+        A share-partition without a row starts at ``log_start_offset`` (auto.offset.reset=earliest).
+        """
+        gaps = tuple(gaps)
+        records, version = self.update(
+            topic, partition,
+            lambda sp: sp.acquire(member_id, max_records, now_ms, log_end_offset, gaps, log_start_offset),
+            initial_spso=log_start_offset)
+        return Acquisition(tuple(records), version)
+
+    def acknowledge(self, topic: str, partition: int, member_id: str,
+                    acks: Sequence[tuple[int, int, AckType]], now_ms: int) -> int | None:
+        """Settle ranges the member holds; returns the committed version. Raises InvalidRecordStateError
+        (and commits nothing) if any record is not held by ``member_id``."""
+        return self.update(topic, partition, lambda sp: sp.acknowledge(member_id, acks, now_ms))[1]
+
+    def release(self, topic: str, partition: int, member_id: str, now_ms: int) -> int | None:
+        """Give back every record ``member_id`` holds (a clean stop); returns the committed version."""
+        return self.update(topic, partition, lambda sp: sp.release_member(member_id, now_ms))[1]
+
+    def update(self, topic: str, partition: int, change: Callable[[SharePartition], T], *,
+               initial_spso: int = 0) -> tuple[T, int | None]:
+        """Apply ``change`` to the latest state and commit it onto exactly that version.
+
+        Retried from a fresh read whenever another writer committed first, so ``change`` may run
+        more than once and must only touch the SharePartition it is given. Returns ``change``'s
+        result and the committed version (None when the state did not change).
+        """
+        outcome: list[T] = []
+
+        def plan(snapshot: Snapshot) -> Write | None:
+            outcome.clear()
+            row = _find(snapshot, topic, partition)
+            sp = _from_row(row, self.config) if row is not None else SharePartition(initial_spso, self.config)
+            before = (sp.spso, sp.batches)
+            outcome.append(change(sp))
+            if row is not None and (sp.spso, sp.batches) == before:
+                return None
+            return _write(snapshot, topic, partition, sp)
+
+        version = self.table.commit(plan)
+        return outcome[0], version
+
+    def maintain(self) -> None:
+        self.table.maintain()
+
+
+def _find(snapshot: Snapshot, topic: str, partition: int) -> dict[str, Any] | None:
+    rows = [r for r in snapshot.rows() if r["topic"] == topic and r["partition"] == partition]
+    return max(rows, key=lambda r: r["commit_version"]) if rows else None
+
+
+def _write(snapshot: Snapshot, topic: str, partition: int, sp: SharePartition) -> Write:
+    """The share-partition's new row: appended if it is the first, else replacing the old one."""
+    row = _to_row(topic, partition, sp, snapshot.next_version)
+    data = pa.Table.from_pylist([row], schema=SHARE_STATE_SCHEMA)
+    if _find(snapshot, topic, partition) is None:
+        return Write(data)
+    quoted = topic.replace("'", "''")
+    return Write(data, mode="overwrite", predicate=f"topic = '{quoted}' AND partition = {int(partition)}")
+
+
+def _from_row(row: dict[str, Any], config: ShareConfig) -> SharePartition:
+    batches = [StateBatch(b["first_offset"], b["last_offset"], RecordState(b["state"]), b["delivery_count"],
+                          b["member_id"], b["lock_deadline_ms"]) for b in row["batches"] or ()]
+    return SharePartition(row["spso"], config, batches)
+
+
+def _to_row(topic: str, partition: int, sp: SharePartition, version: int) -> dict[str, Any]:
+    return {
+        "topic": topic, "partition": partition, "spso": sp.spso, "speo": sp.speo,
+        "batches": [{"first_offset": b.first, "last_offset": b.last, "state": b.state.value,
+                     "delivery_count": b.delivery_count, "member_id": b.member_id,
+                     "lock_deadline_ms": b.lock_deadline_ms} for b in sp.batches],
+        "updated_at_ms": int(time.time() * 1000), "commit_version": version,
+    }

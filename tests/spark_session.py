@@ -1,0 +1,25 @@
+"""One local SparkSession for the whole test run: starting Spark costs seconds."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def local_spark() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("sharegroup-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={CONF / 'log4j2.properties'}")
+        .getOrCreate()
+    )

@@ -1,0 +1,86 @@
+"""Helpers to run ``format("sharegroup")`` queries in tests and read what they produced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tests.kafka_under_test import KafkaUnderTest
+
+
+@dataclass
+class StreamSetup:
+    """One query's names and folders: its topic, share group, state, checkpoint and sink."""
+
+    kafka: KafkaUnderTest
+    topic: str
+    group: str
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def sink(self) -> Path:
+        return self.root / "sink"
+
+    def options(self, **extra: Any) -> dict[str, str]:
+        return {
+            "kafka.bootstrap.servers": self.kafka.bootstrap_servers,
+            "kafka.group.id": self.group,
+            "subscribe": self.topic,
+            "stateLocation": str(self.state),
+            "pollTimeoutMs": "500",
+            **{k: str(v) for k, v in extra.items()},
+        }
+
+    def read_stream(self, spark: SparkSession, **extra: Any) -> DataFrame:
+        return spark.readStream.format("sharegroup").options(**self.options(**extra)).load()
+
+    def file_sink(self, spark: SparkSession, available_now: bool = True, **extra: Any) -> StreamingQuery:
+        writer = (self.read_stream(spark, **extra).writeStream.format("parquet")
+                  .option("path", str(self.sink)).option("checkpointLocation", str(self.checkpoint)))
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+        return writer.start()
+
+    def batch_sink(self, spark: SparkSession, handler: Callable[[DataFrame, int], None] | None = None,
+                   available_now: bool = True, **extra: Any) -> StreamingQuery:
+        """foreachBatch writing one parquet folder per batch id: rewriting a batch replaces it."""
+
+        def write(frame: DataFrame, batch_id: int) -> None:
+            if handler is not None:
+                handler(frame, batch_id)
+            frame.write.mode("overwrite").parquet(str(self.sink / f"batch={batch_id}"))
+
+        writer = (self.read_stream(spark, **extra).writeStream.foreachBatch(write)
+                  .option("checkpointLocation", str(self.checkpoint)))
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+        return writer.start()
+
+    def sink_rows(self, spark: SparkSession) -> list[tuple[int, bytes, int]]:
+        """(partition, value, deliveryCount) of every row in the sink, duplicates kept."""
+        if not self.sink.exists():
+            return []
+        rows = spark.read.parquet(str(self.sink)).select("partition", "value", "deliveryCount").collect()
+        return [(r.partition, bytes(r.value), r.deliveryCount) for r in rows]
+
+    def progress(self) -> dict[str, int]:
+        """The source's counters summed over its runs, from the ``progress`` state table."""
+        from state_store import StateStore
+
+        return StateStore(str(self.state)).progress.totals(self.group)
+
+    def ledger_statuses(self) -> dict[int, str]:
+        from state_store import StateStore
+
+        return {e.epoch: e.status for e in StateStore(str(self.state)).ledger.entries(self.group)}

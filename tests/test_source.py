@@ -1,0 +1,250 @@
+"""format("sharegroup") end to end: local Spark, real sinks, the embedded broker over TCP.
+
+Every test compares the sink with what was produced, record by record.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.errors.exceptions.captured import StreamingQueryException
+
+from sharegroup_source.share_client import Ack, ShareClient
+from tests.kafka_under_test import KafkaUnderTest, wait_for
+from tests.streams import StreamSetup
+
+pytestmark = pytest.mark.spark
+
+
+def _setup(kafka: KafkaUnderTest, tmp_path: Path, partitions: int = 3, **group_settings) -> StreamSetup:
+    return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(**group_settings), tmp_path)
+
+
+def _drain_fresh_member(setup: StreamSetup, seconds: float = 3.0) -> list:
+    """What a new member of the group can still get: nothing, once everything was accepted."""
+    got = []
+    with ShareClient(setup.kafka.config(**{"group.id": setup.group}), [setup.topic]) as client:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            records = client.poll(0.5)
+            got += [(r.partition(), r.value(), r.delivery_count()) for r in records]
+            client.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
+            if records:
+                client.commit()
+    return got
+
+
+def _assert_exactly_once(rows, produced) -> None:
+    counts = collections.Counter((p, v) for p, v, _ in rows)
+    duplicates = {k: n for k, n in counts.items() if n > 1}
+    assert not duplicates, f"{len(duplicates)} records duplicated, e.g. {list(duplicates.items())[:3]}"
+    missing = produced - counts.keys()
+    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
+    assert counts.keys() == produced
+
+
+def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=3)
+    produced = kafka.produce_numbered(setup.topic, 5000, 3)
+    query = setup.file_sink(spark, maxRecordsPerTrigger=2000, maxRecordsPerPartition=700)
+    query.awaitTermination(180)
+    assert query.exception() is None
+    rows = setup.sink_rows(spark)
+    _assert_exactly_once(rows, produced)
+    assert {dc for _, _, dc in rows} == {1}
+    assert _drain_fresh_member(setup) == [], "every record must have been acknowledged"
+    assert set(setup.ledger_statuses().values()) == {"ACKED"}
+    progress = setup.progress()
+    assert progress["acquired"] == 5000 and progress["accepted"] == 5000 and progress["ack_failures"] == 0
+
+
+def test_sink_failure_then_restart_from_checkpoint(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 600, 2)
+    failed_once = threading.Event()
+
+    def fail_on_batch_2(_frame, batch_id: int) -> None:
+        if batch_id == 2 and not failed_once.is_set():
+            failed_once.set()
+            raise RuntimeError("sink down")
+
+    first = setup.batch_sink(spark, fail_on_batch_2, maxRecordsPerTrigger=100)
+    with pytest.raises(StreamingQueryException, match="sink down"):
+        first.awaitTermination(120)
+    assert failed_once.is_set()
+    second = setup.batch_sink(spark, fail_on_batch_2, maxRecordsPerTrigger=100)
+    second.awaitTermination(180)
+    assert second.exception() is None
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert _drain_fresh_member(setup) == []
+
+
+def test_restart_after_sink_commit_before_spark_commit(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 400, 2)
+    first = setup.batch_sink(spark, maxRecordsPerTrigger=100)
+    first.awaitTermination(120)
+    commits = sorted((setup.checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert len(commits) >= 2
+    commits[-1].unlink()  # the sink has batch N, Spark's commit log does not
+    commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    replayed_batch = int(commits[-1].name)
+    second = setup.batch_sink(spark, maxRecordsPerTrigger=100)
+    second.awaitTermination(120)
+    assert second.exception() is None
+    assert (setup.checkpoint / "commits" / str(replayed_batch)).exists(), "batch N must have been re-run"
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert _drain_fresh_member(setup) == []
+
+
+def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=1)
+    produced = kafka.produce_numbered(setup.topic, 300, 1)
+    seen_in_failed_batch: list[bytes] = []
+
+    def always_fail(frame, _batch_id: int) -> None:
+        seen_in_failed_batch.extend(bytes(r.value) for r in frame.select("value").collect())
+        raise RuntimeError("poison sink")
+
+    query = setup.batch_sink(spark, always_fail, maxRecordsPerTrigger=100)
+    with pytest.raises(StreamingQueryException, match="poison sink"):
+        query.awaitTermination(120)
+    assert len(seen_in_failed_batch) == 100
+    # the query is never restarted: another member of the group must get every record
+    got = {}
+    with ShareClient(kafka.config(**{"group.id": setup.group}), [setup.topic]) as other:
+        deadline = time.monotonic() + 30
+        while len(got) < 300 and time.monotonic() < deadline:
+            records = other.poll(0.5)
+            got.update({r.value(): r.delivery_count() for r in records})
+            other.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
+            if records:
+                other.commit()
+    assert {(0, v) for v in got} == produced
+    assert {got[v] for v in seen_in_failed_batch} == {2}, "the failed batch was released, not accepted"
+    assert setup.ledger_statuses() == {1: "RELEASED"}
+
+
+def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=4)
+    independent: dict[bytes, int] = {}
+    independent_failed: set[bytes] = set()
+    stop = threading.Event()
+    client = ShareClient(kafka.config(**{"group.id": setup.group}), [setup.topic], max_poll_records=50)
+
+    def work() -> None:
+        while not stop.is_set():
+            records = client.poll(0.2)
+            client.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
+            if not records:
+                continue
+            failed = {res.partition for res in client.commit() if not res.ok}
+            for r in records:
+                independent[r.value()] = r.partition()
+                if r.partition() in failed:
+                    independent_failed.add(r.value())
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        query = setup.batch_sink(spark, available_now=False, maxRecordsPerTrigger=200)
+        # the query's member joins in its first trigger; records are produced only after that
+        wait_for(lambda: query.lastProgress is not None, 60, "the query's first trigger")
+        produced = kafka.produce_numbered(setup.topic, 4000, 4)
+
+        def everything_seen() -> bool:
+            in_sink = {(p, v) for p, v, _ in setup.sink_rows(spark)}
+            return in_sink | {(p, v) for v, p in independent.items()} >= produced
+
+        wait_for(everything_seen, 120, "every record in the sink or at the independent member", interval_s=1)
+        query.stop()
+    finally:
+        stop.set()
+        worker.join()
+        client.close()
+    rows = setup.sink_rows(spark)
+    in_sink = {(p, v) for p, v, _ in rows}
+    assert len(rows) == len(in_sink), "the query's sink must hold no duplicates"
+    both = in_sink & {(p, v) for v, p in independent.items()}
+    assert in_sink and independent, "both members must have taken part"
+    if both:
+        failures = setup.progress()["ack_failures"] + len(independent_failed)
+        assert failures > 0, f"{len(both)} records reached both members without any failed acknowledgement"
+
+
+def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_path):
+    broker = kafka.require_embedded("fault injection")
+    setup = _setup(kafka, tmp_path, partitions=2, lock_duration_ms=2000)
+    produced = kafka.produce_numbered(setup.topic, 1000, 2)
+    broker.fail_next("ShareAcknowledge", ["SHARE_SESSION_NOT_FOUND", "INVALID_RECORD_STATE",
+                                          "SHARE_SESSION_NOT_FOUND"])
+    query = setup.batch_sink(spark, available_now=False, maxRecordsPerTrigger=150)
+    try:
+        def settled() -> bool:
+            progress = setup.progress()
+            return (len(setup.sink_rows(spark)) >= 1000 and progress.get("ack_failures", 0) > 0
+                    and progress["redeliveries_deduped"] >= progress["ack_failures"])
+
+        wait_for(settled, 120, "all records in the sink and every failed ack's records deduplicated", interval_s=1)
+    finally:
+        query.stop()
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    progress = setup.progress()
+    assert progress["ack_failures"] >= 1 and progress["redeliveries_deduped"] >= progress["ack_failures"]
+    assert _drain_fresh_member(setup) == []
+
+
+@pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation"])
+def test_each_required_option_is_named_when_missing(spark, kafka, tmp_path, missing):
+    setup = _setup(kafka, tmp_path, partitions=1)
+    options = {k: v for k, v in setup.options().items() if k != missing}
+    with pytest.raises(PySparkException, match=f"option '{missing}' is required"):
+        spark.readStream.format("sharegroup").options(**options).load()
+
+
+def test_unknown_topic_fails_the_query_with_its_name(spark, kafka, tmp_path):
+    setup = StreamSetup(kafka, "no-such-topic", kafka.new_group(), tmp_path)
+    query = setup.file_sink(spark)
+    with pytest.raises(StreamingQueryException, match="topic 'no-such-topic' does not exist"):
+        query.awaitTermination(60)
+
+
+def test_unwritable_state_location_is_named(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=1)
+    kafka.produce_numbered(setup.topic, 10, 1)
+    setup.state.write_text("a file where the state folder should be")
+    query = setup.file_sink(spark)
+    with pytest.raises(StreamingQueryException, match=str(setup.state)):
+        query.awaitTermination(60)
+
+
+def test_format_resolves_without_registration_and_keeps_bytes(spark, kafka, tmp_path):
+    import sharegroup_source
+
+    setup = _setup(kafka, tmp_path, partitions=1)
+    headers = [("trace", b"\x00\xff"), ("empty", b""), ("none", None)]
+    records = [(0, None, b"no key"), (0, b"\x00\x01binary", b""), (0, b"k", None)]
+    from confluent_kafka import Producer
+
+    producer = Producer(kafka.config())
+    for partition, key, value in records:
+        producer.produce(setup.topic, key=key, value=value, partition=partition, headers=headers)
+    producer.flush(30)
+    frame = setup.read_stream(spark, includeHeaders="true")
+    assert frame.schema.fieldNames()[-3:] == ["headers", "deliveryCount", "epoch"]
+    sharegroup_source.register(spark)  # also fine where the format is already found
+    query = (frame.writeStream.format("parquet").option("path", str(setup.sink))
+             .option("checkpointLocation", str(setup.checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    rows = sorted(spark.read.parquet(str(setup.sink)).collect(), key=lambda r: r.offset)
+    assert [(r.key, r.value) for r in rows] == [
+        (None, bytearray(b"no key")), (bytearray(b"\x00\x01binary"), bytearray(b"")), (bytearray(b"k"), None)]
+    assert [[(h.key, None if h.value is None else bytes(h.value)) for h in r.headers] for r in rows] == [headers] * 3
+    assert {(r.topic, r.partition, r.timestampType, r.deliveryCount, r.epoch) for r in rows} == {
+        (setup.topic, 0, 0, 1, 1)}
+    assert all(r.timestamp is not None for r in rows)

@@ -1,0 +1,219 @@
+"""The state tables on real local Delta tables: ledger, decisions, share state, dead letters, progress."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from state_store import (
+    AckType,
+    AcquiredRecords,
+    InvalidRecordStateError,
+    LedgerEntry,
+    OffsetRange,
+    PersistedBatch,
+    PersistedState,
+    RecordState,
+    ShareConfig,
+    StateStore,
+    StateStoreError,
+)
+from state_store.progress import COUNTERS
+
+
+def entry(epoch: int, member: str = "run-1", status: str = "ACQUIRED", query: str = "q") -> LedgerEntry:
+    ranges = (OffsetRange("orders", 0, epoch * 10, epoch * 10 + 4, gaps=(epoch * 10 + 2,),
+                          delivery_counts=(1, 1, 2, 1)),
+              OffsetRange("orders", 1, 7, 7, delivery_counts=(1,)))
+    return LedgerEntry(query, epoch, ranges, member, 1_000, 31_000, status)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StateStore:
+    return StateStore(str(tmp_path / "state"))
+
+
+def test_tables_are_created_by_their_first_write(store: StateStore) -> None:
+    assert store.ledger.get("q", 1) is None and store.ledger.max_epoch("q") is None
+    assert not Path(store.location).exists()
+    store.ledger.write_epoch(entry(1))
+    assert sorted(p.name for p in Path(store.location).iterdir()) == ["ledger"]
+
+
+def test_ledger_round_trip_and_first_write_wins(store: StateStore, tmp_path: Path) -> None:
+    first = entry(1)
+    assert store.ledger.write_epoch(first) == first
+    assert store.ledger.write_epoch(entry(1, member="run-2")) == first  # an epoch is written once
+    again = StateStore(str(tmp_path / "state")).ledger.get("q", 1)  # durable: a fresh reader sees it
+    assert again == first
+    assert again.record_count == 5 and again.ranges[0].offsets() == [10, 11, 13, 14]
+
+
+def test_ledger_status_latest_wins_and_filters(store: StateStore) -> None:
+    for epoch in range(1, 6):
+        store.ledger.write_epoch(entry(epoch))
+    store.ledger.set_status("q", [1, 2], "EMITTED")
+    store.ledger.set_status("q", [1, 2, 3], "ACKED")
+    store.ledger.set_status("q", [2], "ACK_FAILED")
+    store.ledger.write_epoch(entry(1, query="other"))
+    assert {e.epoch: e.status for e in store.ledger.entries("q")} == {
+        1: "ACKED", 2: "ACK_FAILED", 3: "ACKED", 4: "ACQUIRED", 5: "ACQUIRED"}
+    assert [e.epoch for e in store.ledger.entries("q", statuses=["ACQUIRED", "ACK_FAILED"])] == [2, 4, 5]
+    assert [e.epoch for e in store.ledger.entries("q", after_epoch=3)] == [4, 5]
+    assert store.ledger.get("q", 2).ranges == entry(2).ranges
+    assert store.ledger.max_epoch("q") == 5 and store.ledger.max_epoch("other") == 1
+
+
+def test_ledger_refuses_unknown_epochs_and_statuses(store: StateStore) -> None:
+    store.ledger.write_epoch(entry(1))
+    version = store.ledger.table.footprint().version
+    with pytest.raises(StateStoreError, match=r"no epochs \[2\] of query 'q'"):
+        store.ledger.set_status("q", [1, 2], "ACKED")
+    with pytest.raises(ValueError, match="ledger status must be one of"):
+        store.ledger.set_status("q", [1], "DONE")
+    with pytest.raises(ValueError, match="delivery counts"):
+        OffsetRange("t", 0, 0, 3, delivery_counts=(1,))
+    assert store.ledger.table.footprint().version == version
+    assert store.ledger.get("q", 1).status == "ACQUIRED"
+
+
+def test_ledger_setting_the_same_status_again_commits_nothing(store: StateStore) -> None:
+    store.ledger.write_epoch(entry(1))
+    store.ledger.set_status("q", [1], "ACKED")
+    version = store.ledger.table.footprint().version
+    store.ledger.set_status("q", [1], "ACKED")
+    assert store.ledger.table.footprint().version == version
+
+
+def test_concurrent_writers_of_one_epoch_keep_the_first(store: StateStore, tmp_path: Path) -> None:
+    stores = [StateStore(str(tmp_path / "state")) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    results: dict[int, LedgerEntry] = {}
+
+    def write(i: int) -> None:
+        barrier.wait()
+        results[i] = stores[i].ledger.write_epoch(entry(7, member=f"run-{i}"))
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kept = store.ledger.get("q", 7)
+    assert kept is not None and all(r == kept for r in results.values())
+    entry_rows = [r for r in store.ledger.table.snapshot().rows() if r["kind"] == "ENTRY"]
+    assert len(entry_rows) == 1
+
+
+def test_decisions_last_write_wins(store: StateStore) -> None:
+    assert store.decisions.for_epochs("q", [1]) == {}
+    store.decisions.record("q", 1, [("orders", 0, 10, "REJECT", "bad json"),
+                                    ("orders", 0, 11, "RELEASE", None),
+                                    ("orders", 0, 10, "REJECT", "bad json, twice")])
+    store.decisions.record("q", 1, [("orders", 0, 11, "ACCEPT", "fixed")])
+    store.decisions.record("q", 2, [("orders", 0, 20, "REJECT", "poison")])
+    store.decisions.record("other", 1, [("orders", 0, 10, "RELEASE", None)])
+    assert store.decisions.for_epochs("q", [1]) == {("orders", 0, 10): ("REJECT", "bad json, twice"),
+                                                    ("orders", 0, 11): ("ACCEPT", "fixed")}
+    assert set(store.decisions.for_epochs("q", [1, 2])) == {("orders", 0, 10), ("orders", 0, 11),
+                                                            ("orders", 0, 20)}
+    with pytest.raises(ValueError, match="must be one of ACCEPT, REJECT, RELEASE"):
+        store.decisions.record("q", 1, [("orders", 0, 12, "DROP", None)])
+
+
+def test_dead_letters_append_is_idempotent_per_record(store: StateStore) -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    store.dead_letters.append([
+        {"key": b"k1", "value": b"v1", "headers": [("trace", b"x"), ("empty", None)], "topic": "orders",
+         "partition": 0, "offset": 10, "delivery_count": 5, "reason": "limit", "time": when},
+        {"key": None, "value": b"v2", "headers": [], "topic": "orders", "partition": 0, "offset": 11,
+         "delivery_count": 1, "reason": "rejected", "time": 1_767_323_045_000},
+    ])
+    again = pa.table({"topic": ["orders", "orders"], "partition": [0, 1], "offset": [10, 10],
+                      "value": [b"other", b"v3"], "reason": ["again", "new"], "time": [0, 1_767_323_045_000]})
+    store.dead_letters.append(again)
+    rows = sorted(store.dead_letters.read().to_pylist(), key=lambda r: (r["partition"], r["offset"]))
+    assert [(r["partition"], r["offset"], r["value"], r["reason"]) for r in rows] == [
+        (0, 10, b"v1", "limit"), (0, 11, b"v2", "rejected"), (1, 10, b"v3", "new")]
+    assert rows[0]["headers"] == [{"key": "trace", "value": b"x"}, {"key": "empty", "value": None}]
+    assert rows[0]["time"] == when and rows[1]["time"] == when and rows[2]["key"] is None
+
+
+def test_share_state_saves_and_loads_the_durable_form(store: StateStore) -> None:
+    assert store.share_state.load("orders", 0) is None
+    durable = PersistedState(110, (PersistedBatch(110, 110, RecordState.AVAILABLE, 1),
+                                   PersistedBatch(111, 119, RecordState.ACKNOWLEDGED, 1)))
+    store.share_state.save("orders", 0, durable)
+    store.share_state.save("orders", 1, PersistedState(5))
+    assert store.share_state.load("orders", 0) == durable
+    store.share_state.save("orders", 0, PersistedState(120))
+    assert store.share_state.load("orders", 0) == PersistedState(120)
+    assert store.share_state.load("orders", 1) == PersistedState(5)
+    assert store.share_state.table.snapshot().table().num_rows == 2  # one row per share-partition
+
+
+def test_share_state_transitions_are_committed(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path / "state"), share_config=ShareConfig(lock_duration_ms=1_000))
+    got = store.share_state.acquire("orders", 0, "a", 5, now_ms=0, log_end_offset=8, log_start_offset=2)
+    assert got.records == (AcquiredRecords(2, 6, 1),) and got.count == 5 and got.version is not None
+    with pytest.raises(InvalidRecordStateError):
+        store.share_state.acknowledge("orders", 0, "b", [(2, 3, AckType.ACCEPT)], now_ms=10)
+    assert store.share_state.table.footprint().version == got.version  # a refused ack commits nothing
+    store.share_state.acknowledge("orders", 0, "a", [(2, 3, AckType.ACCEPT)], now_ms=10)
+    assert store.share_state.release("orders", 0, "a", now_ms=20) is not None
+    fresh = StateStore(str(tmp_path / "state"), share_config=ShareConfig(lock_duration_ms=1_000))
+    sp = fresh.share_state.partition("orders", 0)
+    assert sp is not None and (sp.spso, sp.speo) == (4, 7)
+    assert fresh.share_state.acquire("orders", 0, "c", 9, now_ms=30, log_end_offset=8).records == (
+        AcquiredRecords(4, 6, 2), AcquiredRecords(7, 7, 1))
+    nothing = fresh.share_state.acquire("orders", 0, "d", 9, now_ms=40, log_end_offset=8)
+    assert nothing.records == () and nothing.version is None  # no change, no commit
+
+
+def test_progress_totals_use_each_runs_latest_row(store: StateStore) -> None:
+    assert store.progress.totals("q") == {}
+    store.progress.append("q", "run-1", dict.fromkeys(COUNTERS, 1))
+    store.progress.append("q", "run-1", {**dict.fromkeys(COUNTERS, 3), "min_lock_headroom_ms": -1})
+    store.progress.append("q", "run-2", {**dict.fromkeys(COUNTERS, 2), "min_lock_headroom_ms": 500})
+    totals = store.progress.totals("q")
+    assert totals["accepted"] == 5 and totals["runs"] == 2 and totals["min_lock_headroom_ms"] == 500
+    store.maintain()
+    assert store.progress.totals("q") == totals
+    assert store.progress.table.snapshot().table().num_rows == 2
+
+
+def test_maintenance_folds_the_ledger_and_drops_old_settled_epochs(store: StateStore) -> None:
+    for epoch in range(1, 9):
+        store.ledger.write_epoch(entry(epoch))
+        store.decisions.record("q", epoch, [("orders", 0, epoch * 10, "REJECT", "bad")])
+    store.ledger.set_status("q", range(3, 9), "EMITTED")
+    store.ledger.set_status("q", range(3, 9), "ACKED")
+    store.ledger.set_status("q", [2], "EMITTED")  # an unsettled old epoch is kept whatever its age
+    before = {e.epoch: e for e in store.ledger.entries("q")}
+
+    sizes = store.maintain(ledger_keep_epochs=3)
+
+    after = {e.epoch: e for e in store.ledger.entries("q")}
+    assert sorted(after) == [1, 2, 6, 7, 8] and all(after[e] == before[e] for e in after)
+    assert store.ledger.table.snapshot().table().num_rows == 5  # one row per epoch
+    kept_decisions = sorted(o for _, _, o in store.decisions.for_epochs("q", range(1, 9)))
+    assert kept_decisions == [10, 20, 30, 40, 50, 60, 70, 80]
+    assert sizes["ledger"].files == 1 and sizes["decisions"].files == 1
+
+
+def test_tables_keep_a_protocol_delta_spark_reads(store: StateStore) -> None:
+    store.ledger.write_epoch(entry(1))
+    store.decisions.record("q", 1, [("orders", 0, 10, "REJECT", "bad")])
+    store.share_state.acquire("orders", 0, "a", 1, now_ms=0, log_end_offset=1)
+    store.dead_letters.append([{"topic": "orders", "partition": 0, "offset": 10, "value": b"v"}])
+    store.progress.append("q", "run", dict.fromkeys(COUNTERS, 0))
+    store.maintain()
+    for name in ("ledger", "decisions", "share_state", "dead_letters", "progress"):
+        protocol = DeltaTable(str(Path(store.location) / name)).protocol()
+        assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2), name
+        assert not protocol.reader_features and not protocol.writer_features, name

@@ -80,7 +80,7 @@ class StreamSetup:
 
         return StateStore(str(self.state)).progress.totals(self.group)
 
-    def ledger_statuses(self) -> dict[int, str]:
+    def ledger_entries(self) -> list:
         from state_store import StateStore
 
-        return {e.epoch: e.status for e in StateStore(str(self.state)).ledger.entries(self.group)}
+        return StateStore(str(self.state)).ledger.entries(self.group)

@@ -58,9 +58,13 @@ def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
     _assert_exactly_once(rows, produced)
     assert {dc for _, _, dc in rows} == {1}
     assert _drain_fresh_member(setup) == [], "every record must have been acknowledged"
-    assert set(setup.ledger_statuses().values()) == {"ACKED"}
+    assert {e.status for e in setup.ledger_entries()} == {"ACKED"}
     progress = setup.progress()
     assert progress["acquired"] == 5000 and progress["accepted"] == 5000 and progress["ack_failures"] == 0
+    # the file sink writes one file per task: at most 700 records each, so one Kafka partition spans tasks
+    epochs = [e.record_count for e in setup.ledger_entries()]
+    assert sum(epochs) == 5000
+    assert len(list(setup.sink.glob("part-*.parquet"))) == sum(-(-n // 700) for n in epochs)
 
 
 def test_sink_failure_then_restart_from_checkpoint(spark, kafka, tmp_path):
@@ -127,7 +131,7 @@ def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
                 other.commit()
     assert {(0, v) for v in got} == produced
     assert {got[v] for v in seen_in_failed_batch} == {2}, "the failed batch was released, not accepted"
-    assert setup.ledger_statuses() == {1: "RELEASED"}
+    assert {e.epoch: e.status for e in setup.ledger_entries()} == {1: "RELEASED"}
 
 
 def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
@@ -248,3 +252,24 @@ def test_format_resolves_without_registration_and_keeps_bytes(spark, kafka, tmp_
     assert {(r.topic, r.partition, r.timestampType, r.deliveryCount, r.epoch) for r in rows} == {
         (setup.topic, 0, 0, 1, 1)}
     assert all(r.timestamp is not None for r in rows)
+
+
+def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_path):
+    kafka.require_embedded("trimming the log (the embedded broker keeps 5 MiB per partition)")
+    setup = _setup(kafka, tmp_path, partitions=1)
+    kafka.produce(setup.topic, [(0, None, f"small-{i}".encode()) for i in range(5)])
+    setup.batch_sink(spark).awaitTermination(120)
+    (setup.checkpoint / "commits" / "0").unlink()  # batch 0 (epoch 1) must be replayed by offset
+    (setup.checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+    kafka.produce(setup.topic, [(0, None, b"x" * 900_000) for _ in range(7)])  # pushes offsets 0-6 out
+
+    failing = setup.batch_sink(spark)
+    with pytest.raises(StreamingQueryException,
+                       match=r"5 record\(s\) of .*\[0\] recorded in the ledger are no longer in the log "
+                             r"\(offsets 0, 1, 2, 3, 4\); set failOnDataLoss=false"):
+        failing.awaitTermination(120)
+    tolerant = setup.batch_sink(spark, failOnDataLoss="false")
+    tolerant.awaitTermination(120)
+    assert tolerant.exception() is None
+    # the replayed batch is rewritten without the lost records; the query goes on with what the log holds
+    assert sorted(v for _, v, _ in setup.sink_rows(spark)) == [b"x" * 900_000] * 5

@@ -1,17 +1,30 @@
-"""Kafka share groups (KIP-932) as a Spark Structured Streaming source: ``format("sharegroup")``."""
+"""Kafka share groups (KIP-932) as a Spark Structured Streaming source: ``format("sharegroup")``.
+
+``register(spark)`` registers the format where the package is not pip-installed;
+``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register"]
+__all__ = ["acknowledge", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``format("sharegroup")`` on a session (needed only where the package is not pip-installed)."""
+    """Register ``format("sharegroup")`` on a session."""
     from sharegroup_source.source import ShareGroupDataSource
 
     spark.dataSource.register(ShareGroupDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: the CLI and the embedded broker need neither pyspark nor Delta
+    if name == "acknowledge":
+        from sharegroup_source.outcomes import acknowledge
+
+        return acknowledge
+    raise AttributeError(f"module 'sharegroup_source' has no attribute {name!r}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
 
 from sharegroup_source.progress import SourceCounters
 from sharegroup_source.share_client import Ack, AckResult, AckType, ShareClient
@@ -34,16 +36,23 @@ class Acknowledger:
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
 
-    def settle(self, entries: Iterable[LedgerEntry]) -> dict[int, str]:
-        """Acknowledge committed epochs this run holds; returns each epoch's new ledger status."""
+    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> dict[int, str]:
+        """Acknowledge committed epochs this run holds; returns each epoch's new ledger status.
+
+        Rejected records go to the dead letters first, from the payload the driver still holds,
+        so a REJECT never leaves a record nowhere.
+        """
         entries = list(entries)
         if not entries:
             return {}
-        epochs = [e.epoch for e in entries]
-        decisions = self._store.decisions.for_epochs(self._query_id, epochs)
+        decisions = self._store.decisions.for_epochs(self._query_id, [e.epoch for e in entries])
         acks = [Ack(r.topic, r.partition, offset, AckType(decisions.get((r.topic, r.partition, offset),
                                                                         ("ACCEPT", None))[0]))
                 for entry in entries for r in entry.ranges for offset in r.offsets()]
+        rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == "REJECT"}
+        for entry in entries:
+            if rejected and entry.epoch in payloads:
+                self.dead_letter(payloads[entry.epoch], rejected)
         failed = self.send(acks)
         statuses = {}
         for entry in entries:
@@ -52,6 +61,23 @@ class Acknowledger:
             self._warn_on_lock_headroom(entry)
         self._set_statuses(statuses)
         return statuses
+
+    def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
+        """Keep the rows of ``records`` (output schema, with headers) that ``reasons`` names."""
+        keys = list(zip(records.column("topic").to_pylist(), records.column("partition").to_pylist(),
+                        records.column("offset").to_pylist(), strict=True))
+        rows = records.filter(pa.array([key in reasons for key in keys]))
+        if rows.num_rows == 0:
+            return
+        now_ms = int(time.time() * 1000)
+        self._store.dead_letters.append(pa.table({
+            "key": rows.column("key"), "value": rows.column("value"), "headers": rows.column("headers"),
+            "topic": rows.column("topic"), "partition": rows.column("partition"), "offset": rows.column("offset"),
+            "delivery_count": rows.column("deliveryCount"),
+            "reason": [reasons[key] for key in keys if key in reasons],
+            "time": pa.array([now_ms] * rows.num_rows, pa.int64()),
+        }))
+        self._counters.dead_lettered += rows.num_rows
 
     def release(self, entries: Iterable[LedgerEntry]) -> None:
         """Give uncommitted epochs back to the group, so other members need not wait for expiry."""

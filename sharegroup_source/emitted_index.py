@@ -50,19 +50,20 @@ class EmittedIndex:
             reach.append(max(last, reach[-1]) if reach else last)
 
     def epoch_of(self, topic: str, partition: int, offset: int) -> int | None:
-        """The epoch that emitted this record, or None if this query never emitted it."""
+        """The latest epoch that emitted this record, or None if this query never emitted it."""
         key = (topic, partition)
         firsts = self._firsts.get(key)
         if not firsts:
             return None
         ranges, reach = self._ranges[key], self._reach[key]
         at = bisect.bisect_right(firsts, offset) - 1
+        found = None
         while at >= 0 and reach[at] >= offset:
             last, gaps, epoch = ranges[at]
-            if offset <= last and offset not in gaps:
-                return epoch
+            if offset <= last and offset not in gaps and (found is None or epoch > found):
+                found = epoch
             at -= 1
-        return None
+        return found
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._ranges.values())

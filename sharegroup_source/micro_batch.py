@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNSETTLED = ("ACQUIRED", "EMITTED")
 SETTLED = ("ACKED", "ACK_FAILED")
+MAX_DELIVERIES_REASON = "max deliveries exceeded"
 #: How long an AvailableNow run keeps polling an empty queue before it ends.
 AVAILABLE_NOW_IDLE_S = 5.0
 
@@ -46,7 +47,7 @@ class MicroBatchDriver:
         self._options = options
         self._query_id = options.group_id
         self._run_id = uuid.uuid4().hex
-        self.store = StateStore(options.state_location)
+        self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location)
         self.counters = SourceCounters()
         self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                                    metadata_timeout_s=30)
@@ -60,6 +61,7 @@ class MicroBatchDriver:
         self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
         self._available_now: dict[tuple[str, int], int] | None = None
         self._published: dict[str, int] = {}
+        self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
 
     # -- Spark's calls ---------------------------------------------------------------
     def initial_offset(self) -> dict:
@@ -89,7 +91,8 @@ class MicroBatchDriver:
         entry = self._ledger_entry(next_epoch, fresh)
         self.store.ledger.write_epoch(entry)
         self._held[next_epoch] = entry
-        self._payload[next_epoch] = records_to_arrow(fresh, next_epoch, self._options.include_headers)
+        # headers are kept even when not emitted: a rejected record's dead letter needs them
+        self._payload[next_epoch] = records_to_arrow(fresh, next_epoch, include_headers=True)
         self._emitted.add(entry)
         self.counters.acquired += len(fresh)
         self.counters.epochs += 1
@@ -126,9 +129,8 @@ class MicroBatchDriver:
 
     def settle_through(self, epoch: int) -> None:
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
-        for entry in held:
-            self._payload.pop(entry.epoch, None)
-        statuses = self._acks.settle(held)
+        payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
+        statuses = self._acks.settle(held, payloads)
         for e, status in statuses.items():
             if status == "ACKED":
                 self._emitted.remove_epoch(e)
@@ -172,20 +174,42 @@ class MicroBatchDriver:
                 return fresh
 
     def _admit(self, records: Sequence[Message], max_records: int | None) -> list[Message]:
-        """Split a poll into fresh records, redeliveries to re-accept and records to give back."""
+        """Split a poll into fresh records and records settled on the spot.
+
+        A redelivery of a record this query emitted gets the outcome decided for it then (ACCEPT
+        unless recorded otherwise); one that was RELEASEd on purpose is emitted again. Records
+        past ``maxDeliveries`` are rejected; records past the read limit or the AvailableNow
+        target are given back.
+        """
         fresh: list[Message] = []
         immediate: list[Ack] = []
+        rejected: dict[tuple[str, int, int], str | None] = {}
         for record in records:
             key = (record.topic(), record.partition(), record.offset())
-            if self._emitted.epoch_of(*key) is not None:
-                immediate.append(Ack(*key, AckType.ACCEPT))
+            epoch = self._emitted.epoch_of(*key)
+            earlier = self._decision(epoch, key) if epoch is not None else None
+            if earlier is not None and earlier[0] != "RELEASE":
+                immediate.append(Ack(*key, AckType(earlier[0])))
                 self.counters.redeliveries_deduped += 1
+                if earlier[0] == "REJECT":
+                    rejected[key] = earlier[1]
+            elif self._options.max_deliveries and (record.delivery_count() or 1) > self._options.max_deliveries:
+                immediate.append(Ack(*key, AckType.REJECT))
+                rejected[key] = MAX_DELIVERIES_REASON
             elif (max_records is not None and len(fresh) >= max_records) or self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
             else:
                 fresh.append(record)
+        if rejected:
+            dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
+            self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)
         self._acks.send(immediate)
         return fresh
+
+    def _decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
+        if epoch not in self._decisions:
+            self._decisions[epoch] = self.store.decisions.for_epochs(self._query_id, [epoch])
+        return self._decisions[epoch].get(key, ("ACCEPT", None))
 
     def _beyond_target(self, key: tuple[str, int, int]) -> bool:
         if self._available_now is None:
@@ -209,6 +233,8 @@ class MicroBatchDriver:
 
     def _payload_partitions(self, epoch: int, table: pa.Table) -> list[PayloadPartition]:
         table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        if not self._options.include_headers:
+            table = table.drop_columns(["headers"])
         size = self._options.max_records_per_partition
         return [PayloadPartition(epoch, to_ipc(table.slice(at, size))) for at in range(0, table.num_rows, size)]
 

@@ -28,6 +28,7 @@ __all__ = ["StateStore"]
 class StateStore:
     """The state tables under ``location``.
 
+    ``dead_letter_location`` puts the dead letters elsewhere (a path or URI of their own table).
     ``storage_options`` go to delta-rs for object stores (credentials, endpoints). ``share_config``
     is the group configuration the Delta coordinator enforces. ``log_retention`` is how long Delta
     log entries outlive the checkpoint that replaces them: state needs no time travel, and a long
@@ -38,7 +39,8 @@ class StateStore:
     """
 
     def __init__(self, location: str, *, storage_options: dict[str, str] | None = None,
-                 share_config: ShareConfig | None = None, log_retention: timedelta = timedelta(minutes=1)):
+                 share_config: ShareConfig | None = None, log_retention: timedelta = timedelta(minutes=1),
+                 dead_letter_location: str | None = None):
         if not location or not location.strip():
             raise StateStoreError("the state location is empty: set stateLocation to a path or URI")
         local = local_path(location)
@@ -57,7 +59,12 @@ class StateStore:
         self.decisions = Decisions(table("decisions", DECISIONS_SCHEMA))
         self.share_state = ShareStateTable(table("share_state", SHARE_STATE_SCHEMA),
                                            share_config or ShareConfig())
-        self.dead_letters = DeadLetters(table("dead_letters", DEAD_LETTERS_SCHEMA))
+        if dead_letter_location:
+            root, name = _split(dead_letter_location)
+            self.dead_letters = DeadLetters(StateTable(root, name, DEAD_LETTERS_SCHEMA, storage_options=storage_options,
+                                                       log_retention=log_retention))
+        else:
+            self.dead_letters = DeadLetters(table("dead_letters", DEAD_LETTERS_SCHEMA))
         self.progress = ProgressTable(table("progress", PROGRESS_SCHEMA))
 
     def maintain(self, ledger_keep_epochs: int = 10_000) -> dict[str, Footprint]:
@@ -79,3 +86,13 @@ class StateStore:
         tables = (self.ledger.table, self.decisions.table, self.share_state.table, self.dead_letters.table,
                   self.progress.table)
         return {t.name: t.footprint() for t in tables}
+
+
+def _split(location: str) -> tuple[str, str]:
+    """A table location as (root, name), for a path or a URI."""
+    trimmed = location.rstrip("/")
+    if "://" in trimmed:
+        root, _, name = trimmed.rpartition("/")
+        return root, name
+    path = os.path.abspath(trimmed)
+    return os.path.dirname(path), os.path.basename(path)

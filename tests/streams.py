@@ -53,14 +53,17 @@ class StreamSetup:
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
         return writer.start()
 
-    def batch_sink(self, spark: SparkSession, handler: Callable[[DataFrame, int], None] | None = None,
+    def batch_sink(self, spark: SparkSession, handler: Callable[[DataFrame, int], DataFrame | None] | None = None,
                    available_now: bool = True, **extra: Any) -> StreamingQuery:
-        """foreachBatch writing one parquet folder per batch id: rewriting a batch replaces it."""
+        """foreachBatch writing one parquet folder per batch id: rewriting a batch replaces it.
+
+        ``handler`` runs first; the DataFrame it returns is written instead of the whole batch.
+        """
 
         def write(frame: DataFrame, batch_id: int) -> None:
-            if handler is not None:
-                handler(frame, batch_id)
-            frame.write.mode("overwrite").parquet(str(self.sink / f"batch={batch_id}"))
+            chosen = handler(frame, batch_id) if handler is not None else None
+            (frame if chosen is None else chosen).write.mode("overwrite").parquet(
+                str(self.sink / f"batch={batch_id}"))
 
         writer = (self.read_stream(spark, **extra).writeStream.foreachBatch(write)
                   .option("checkpointLocation", str(self.checkpoint)))

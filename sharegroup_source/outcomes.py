@@ -1,0 +1,67 @@
+"""Per-record outcomes from user code: ``acknowledge(batch, "REJECT", "invalid JSON", options=...)``.
+
+Inside ``foreachBatch`` a user decides that some records must not simply be ACCEPTed: a
+transient failure is RELEASEd (it comes back with a higher delivery count), a poison record is
+REJECTed (archived by the broker, kept in the dead-letter table). The decision is written to the
+``decisions`` table before the batch commits, so the acknowledgement that follows the commit,
+even from a restarted driver, applies it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from state_store import LedgerEntry, StateStore
+
+__all__ = ["OUTCOMES", "OutcomeError", "acknowledge"]
+
+OUTCOMES = ("ACCEPT", "RELEASE", "REJECT")
+_IN_FLIGHT = ("ACQUIRED", "EMITTED")
+
+
+class OutcomeError(ValueError):
+    """An outcome that cannot be recorded; nothing was recorded."""
+
+
+def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, options: Mapping[str, Any]) -> int:
+    """Record ``outcome`` for every row of ``df``, rows of the micro-batch being processed.
+
+    ``options`` are the source's options (at least ``stateLocation`` and ``kafka.group.id``):
+    a batch DataFrame carries no trace of where its source keeps state. ``df`` needs the columns
+    topic, partition, offset and epoch. Returns the number of records recorded.
+    """
+    outcome = str(outcome).upper()
+    if outcome not in OUTCOMES:
+        raise OutcomeError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    missing = [c for c in ("topic", "partition", "offset", "epoch") if c not in df.columns]
+    if missing:
+        raise OutcomeError(f"acknowledge() needs the source's columns {missing} in the DataFrame")
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    state_location, group = lowered.get("statelocation"), lowered.get("kafka.group.id")
+    if not state_location or not group:
+        raise OutcomeError("options must hold the source's 'stateLocation' and 'kafka.group.id'")
+
+    by_epoch: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    for row in df.select("topic", "partition", "offset", "epoch").collect():
+        by_epoch[row.epoch].append((row.topic, row.partition, row.offset))
+    store = StateStore(str(state_location))
+    for epoch, records in by_epoch.items():
+        _check_current(store.ledger.get(str(group), epoch), epoch, records)
+    for epoch, records in sorted(by_epoch.items()):
+        store.decisions.record(str(group), epoch, [(t, p, o, outcome, reason) for t, p, o in records])
+    return sum(len(r) for r in by_epoch.values())
+
+
+def _check_current(entry: LedgerEntry | None, epoch: int, records: list[tuple[str, int, int]]) -> None:
+    if entry is None or entry.status not in _IN_FLIGHT:
+        state = "unknown to the ledger" if entry is None else f"already {entry.status}"
+        raise OutcomeError(f"epoch {epoch} is not a batch being processed ({state}): outcomes can only be "
+                           "recorded for rows of the current micro-batch")
+    held = {(r.topic, r.partition): set(r.offsets()) for r in entry.ranges}
+    for topic, partition, offset in records:
+        if offset not in held.get((topic, partition), ()):
+            raise OutcomeError(f"record {topic}[{partition}]@{offset} is not part of epoch {epoch}")

@@ -1,0 +1,138 @@
+"""Per-record outcomes from user code: REJECT to dead letters, RELEASE to retry, maxDeliveries."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from pyspark.errors.exceptions.captured import StreamingQueryException
+from pyspark.sql import functions as F
+
+import sharegroup_source
+from sharegroup_source.outcomes import OutcomeError
+from state_store import StateStore
+from tests.kafka_under_test import KafkaUnderTest, wait_for
+from tests.streams import StreamSetup
+from tests.test_source import _assert_exactly_once, _drain_fresh_member
+
+pytestmark = pytest.mark.spark
+
+
+def _orders(kafka: KafkaUnderTest, setup: StreamSetup, count: int, partitions: int) -> tuple[set, set]:
+    """Numbered JSON orders, every 33rd one not JSON; returns (valid, invalid) as (partition, value)."""
+    valid, invalid = set(), set()
+    records = []
+    for i in range(count):
+        value = f"{{not json #{i}".encode() if i % 33 == 0 else json.dumps({"order": i}).encode()
+        records.append((i % partitions, str(i).encode(), value))
+        (invalid if i % 33 == 0 else valid).add((i % partitions, value))
+    kafka.produce(setup.topic, records)
+    return valid, invalid
+
+
+def is_json(column: str):
+    return F.try_parse_json(F.col(column).cast("string")).isNotNull()
+
+
+def _dead_letters(setup: StreamSetup) -> dict[tuple[int, bytes], tuple[str, int]]:
+    rows = StateStore(str(setup.state)).dead_letters.read().to_pylist()
+    return {(r["partition"], r["value"]): (r["reason"], r["delivery_count"]) for r in rows}
+
+
+def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
+    setup = StreamSetup(kafka, kafka.new_topic(2), kafka.new_group(), tmp_path)
+    valid, invalid = _orders(kafka, setup, 1000, 2)
+    problems: list[str] = []
+
+    def handle(batch, batch_id):
+        checked = batch.withColumn("ok", is_json("value")).cache()
+        sharegroup_source.acknowledge(checked.filter(~F.col("ok")), "REJECT", "invalid JSON", options=setup.options())
+        for bad in (lambda: sharegroup_source.acknowledge(checked, "MAYBE", options=setup.options()),
+                    lambda: sharegroup_source.acknowledge(checked.withColumn("epoch", F.lit(999)), "ACCEPT",
+                                                          options=setup.options())):
+            try:
+                bad()
+            except OutcomeError as error:
+                problems.append(str(error))
+        return checked.filter("ok").drop("ok")
+
+    query = setup.batch_sink(spark, handle, maxRecordsPerTrigger=300)
+    query.awaitTermination(180)
+    assert query.exception() is None
+    _assert_exactly_once(setup.sink_rows(spark), valid)
+    assert _dead_letters(setup) == {key: ("invalid JSON", 1) for key in invalid}
+    assert _drain_fresh_member(setup) == []
+    assert problems and all("must be one of ACCEPT, RELEASE, REJECT" in p or "epoch 999 is not a batch being "
+                            "processed (unknown to the ledger)" in p for p in problems)
+    decided = StateStore(str(setup.state)).decisions.table.snapshot().rows()
+    assert {r["decision"] for r in decided} == {"REJECT"} and len(decided) == len(invalid), "errors record nothing"
+
+
+def test_a_released_record_comes_back_once_with_delivery_count_two(spark, kafka, tmp_path):
+    setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(lock_duration_ms=5000), tmp_path)
+    produced = kafka.produce_numbered(setup.topic, 200, 1)
+    flaky = {b"record-7", b"record-120"}
+
+    def handle(batch, batch_id):
+        transient = batch.filter(F.col("value").cast("string").isin(*[v.decode() for v in flaky])
+                                 & (F.col("deliveryCount") == 1))
+        sharegroup_source.acknowledge(transient, "RELEASE", "downstream timeout", options=setup.options())
+        return batch.join(transient.select("offset"), "offset", "left_anti")
+
+    query = setup.batch_sink(spark, handle, available_now=False, maxRecordsPerTrigger=80)
+    try:
+        wait_for(lambda: {v for _, v, _ in setup.sink_rows(spark)} >= {v for _, v in produced}, 90,
+                 "every record in the sink", interval_s=1)
+    finally:
+        query.stop()
+    rows = setup.sink_rows(spark)
+    _assert_exactly_once(rows, produced)
+    assert {v: dc for _, v, dc in rows if v in flaky} == {v: 2 for v in flaky}
+    assert _drain_fresh_member(setup) == []
+
+
+def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spark, kafka, tmp_path):
+    setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(delivery_attempt_limit=10), tmp_path)
+    produced = kafka.produce_numbered(setup.topic, 50, 1)
+    poison = b"record-13"
+
+    def handle(batch, batch_id):
+        stuck = batch.filter(F.col("value") == F.lit(poison))
+        sharegroup_source.acknowledge(stuck, "RELEASE", "still failing", options=setup.options())
+        return batch.filter(F.col("value") != F.lit(poison))
+
+    query = setup.batch_sink(spark, handle, available_now=False, maxDeliveries=3)
+    try:
+        wait_for(lambda: _dead_letters(setup), 90, "the poison record in dead_letters", interval_s=1)
+    finally:
+        query.stop()
+    assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}
+    _assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
+    assert setup.progress()["dead_lettered"] == 1
+    assert _drain_fresh_member(setup) == []
+
+
+def test_decisions_survive_a_driver_restart_before_the_commit(spark, kafka, tmp_path):
+    setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(), tmp_path)
+    valid, invalid = _orders(kafka, setup, 200, 1)
+    crashed = threading.Event()
+
+    def handle(batch, batch_id):
+        checked = batch.withColumn("ok", is_json("value"))
+        if not crashed.is_set():  # first attempt: decide, then die before Spark commits the batch
+            sharegroup_source.acknowledge(checked.filter(~F.col("ok")), "REJECT", "invalid JSON",
+                                          options=setup.options())
+            crashed.set()
+            raise RuntimeError("driver lost after foreachBatch")
+        return checked.filter("ok").drop("ok")  # the retry decides nothing: the first decisions must hold
+
+    first = setup.batch_sink(spark, handle)
+    with pytest.raises(StreamingQueryException, match="driver lost"):
+        first.awaitTermination(120)
+    second = setup.batch_sink(spark, handle)
+    second.awaitTermination(120)
+    assert second.exception() is None
+    _assert_exactly_once(setup.sink_rows(spark), valid)
+    assert set(_dead_letters(setup)) == invalid
+    assert _drain_fresh_member(setup) == []

@@ -22,3 +22,4 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "1000 rows" in printed
     assert "'ACKED'" in printed
+    assert "10 dead letters: ['invalid JSON']" in printed

@@ -112,8 +112,9 @@ class Acknowledger:
 
     def _warn_on_lock_headroom(self, entry: LedgerEntry) -> None:
         used_ms = time.time() * 1000 - entry.acquired_at_ms
-        self._counters.min_lock_headroom_ms = min(self._counters.min_lock_headroom_ms,
-                                                  int(self._lock_duration_ms - used_ms))
+        headroom = int(self._lock_duration_ms - used_ms)
+        previous = self._counters.min_lock_headroom_ms
+        self._counters.min_lock_headroom_ms = headroom if previous is None else min(previous, headroom)
         if used_ms > LOCK_WARNING_SHARE * self._lock_duration_ms:
             log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement; lower "
                         "maxRecordsPerTrigger or raise the group's share.record.lock.duration.ms",

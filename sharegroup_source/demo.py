@@ -90,9 +90,10 @@ def main() -> None:
             else:
                 writer(frame, batch_id)
             counters = progress(state)
+            headroom = counters.get("min_lock_headroom_ms")
             print(f"batch {batch_id:3d}: {frame.count():5d} records | acknowledged {counters.get('accepted', 0):6d}"
                   f" | redelivered+deduped {counters.get('redeliveries_deduped', 0):3d}"
-                  f" | lock headroom {counters.get('min_lock_headroom_ms', -1) / 1000:5.1f}s", flush=True)
+                  f" | lock headroom {'-' if headroom is None else f'{headroom / 1000:.1f}s'}", flush=True)
 
         query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="2 seconds").start())

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 UNSETTLED = ("ACQUIRED", "EMITTED")
 SETTLED = ("ACKED", "ACK_FAILED")
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
+#: Compact, checkpoint and vacuum the state tables this often, so a long-running query's state stays small.
+MAINTAIN_EVERY_EPOCHS = 200
 #: How long an AvailableNow run keeps polling an empty queue before it ends.
 AVAILABLE_NOW_IDLE_S = 5.0
 
@@ -131,6 +133,8 @@ class MicroBatchDriver:
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
         payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
         statuses = self._acks.settle(held, payloads)
+        if held and held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
+            self.store.maintain()
         for e, status in statuses.items():
             if status == "ACKED":
                 self._emitted.remove_epoch(e)

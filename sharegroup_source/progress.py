@@ -7,8 +7,7 @@ reader instead of scraping logs.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 __all__ = ["SourceCounters"]
 
@@ -23,10 +22,9 @@ class SourceCounters:
     redeliveries_deduped: int = 0
     dead_lettered: int = 0
     epochs: int = 0
-    min_lock_headroom_ms: int = field(default=sys.maxsize)
+    #: Smallest time left on an acquisition lock when its epoch was acknowledged; negative when a
+    #: lock had already expired, None before the first acknowledgement.
+    min_lock_headroom_ms: int | None = None
 
-    def snapshot(self) -> dict[str, int]:
-        values = asdict(self)
-        if values["min_lock_headroom_ms"] == sys.maxsize:
-            values["min_lock_headroom_ms"] = -1
-        return values
+    def snapshot(self) -> dict[str, int | None]:
+        return asdict(self)

@@ -34,7 +34,7 @@ class ProgressTable:
 
     def append(self, query_id: str, run_id: str, counters: Mapping[str, int]) -> None:
         row = {"query_id": query_id, "run_id": run_id, "written_at_ms": int(time.time() * 1000),
-               **{name: int(counters[name]) for name in COUNTERS}}
+               **{name: None if counters[name] is None else int(counters[name]) for name in COUNTERS}}
         self.table.commit(lambda snapshot: Write(pa.Table.from_pylist(
             [{**row, "commit_version": snapshot.next_version}], schema=PROGRESS_SCHEMA)))
 
@@ -43,9 +43,9 @@ class ProgressTable:
         latest = _latest_per_run(r for r in self.table.snapshot().rows() if r["query_id"] == query_id)
         if not latest:
             return {}
-        totals = {name: sum(r[name] for r in latest) for name in COUNTERS}
-        headrooms = [r["min_lock_headroom_ms"] for r in latest if r["min_lock_headroom_ms"] >= 0]
-        totals["min_lock_headroom_ms"] = min(headrooms) if headrooms else -1
+        totals = {name: sum(r[name] or 0 for r in latest) for name in COUNTERS}
+        headrooms = [r["min_lock_headroom_ms"] for r in latest if r["min_lock_headroom_ms"] is not None]
+        totals["min_lock_headroom_ms"] = min(headrooms) if headrooms else None
         totals["runs"] = len(latest)
         return totals
 

@@ -273,3 +273,18 @@ def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_
     assert tolerant.exception() is None
     # the replayed batch is rewritten without the lost records; the query goes on with what the log holds
     assert sorted(v for _, v, _ in setup.sink_rows(spark)) == [b"x" * 900_000] * 5
+
+
+def test_lock_headroom_is_reported_when_a_batch_is_slow(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, partitions=1)
+    produced = kafka.produce_numbered(setup.topic, 20, 1)
+
+    def slow_sink(_frame, _batch_id) -> None:
+        time.sleep(1.5)  # the slow batch is the behaviour under test, not synchronisation
+
+    query = setup.batch_sink(spark, slow_sink, lockDurationMs=2000)
+    query.awaitTermination(120)
+    assert query.exception() is None
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    headroom = setup.progress()["min_lock_headroom_ms"]
+    assert headroom is not None and headroom < 500, f"a 1.5 s batch under a 2 s lock leaves < 0.5 s, got {headroom}"

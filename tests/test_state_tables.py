@@ -178,7 +178,7 @@ def test_share_state_transitions_are_committed(tmp_path: Path) -> None:
 def test_progress_totals_use_each_runs_latest_row(store: StateStore) -> None:
     assert store.progress.totals("q") == {}
     store.progress.append("q", "run-1", dict.fromkeys(COUNTERS, 1))
-    store.progress.append("q", "run-1", {**dict.fromkeys(COUNTERS, 3), "min_lock_headroom_ms": -1})
+    store.progress.append("q", "run-1", {**dict.fromkeys(COUNTERS, 3), "min_lock_headroom_ms": None})
     store.progress.append("q", "run-2", {**dict.fromkeys(COUNTERS, 2), "min_lock_headroom_ms": 500})
     totals = store.progress.totals("q")
     assert totals["accepted"] == 5 and totals["runs"] == 2 and totals["min_lock_headroom_ms"] == 500

@@ -104,7 +104,8 @@ def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spar
 
     query = setup.batch_sink(spark, handle, available_now=False, maxDeliveries=3)
     try:
-        wait_for(lambda: _dead_letters(setup), 90, "the poison record in dead_letters", interval_s=1)
+        wait_for(lambda: _dead_letters(setup) and setup.progress().get("dead_lettered"), 90,
+                 "the poison record in dead_letters and counted", interval_s=1)
     finally:
         query.stop()
     assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}

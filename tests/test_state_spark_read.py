@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from state_store import LedgerEntry, OffsetRange, StateStore
+from state_store.progress import COUNTERS
 
 pytestmark = pytest.mark.spark
 
@@ -26,9 +27,7 @@ def test_spark_reads_every_state_table(spark, tmp_path):
     store.decisions.record("q", 1, [("t", 0, 2, "REJECT", "bad")])
     store.dead_letters.append([{"key": b"k", "value": b"v", "headers": [("h", b"1")], "topic": "t",
                                 "partition": 0, "offset": 2, "delivery_count": 2, "reason": "bad", "time": 0}])
-    store.progress.append("q", "run", dict.fromkeys(
-        ("acquired", "accepted", "released", "rejected", "ack_failures", "redeliveries_deduped",
-         "dead_lettered", "epochs", "min_lock_headroom_ms"), 1))
+    store.progress.append("q", "run", dict.fromkeys(COUNTERS, 1))
     store.share_state.acquire("t", 0, "m", 2, now_ms=0, log_end_offset=3)
     for table in (store.ledger.table, store.decisions.table, store.dead_letters.table, store.progress.table,
                   store.share_state.table):

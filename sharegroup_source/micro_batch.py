@@ -9,7 +9,6 @@ idempotently, in ``commit``.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -28,8 +27,6 @@ from sharegroup_source.share_client import Ack, AckType, ShareClient
 from state_store import LedgerEntry, OffsetRange, StateStore
 
 __all__ = ["MicroBatchDriver", "StateMismatchError"]
-
-log = logging.getLogger(__name__)
 
 UNSETTLED = ("ACQUIRED", "EMITTED")
 SETTLED = ("ACKED", "ACK_FAILED")
@@ -138,6 +135,7 @@ class MicroBatchDriver:
         for e, status in statuses.items():
             if status == "ACKED":
                 self._emitted.remove_epoch(e)
+                self._decisions.pop(e, None)
         foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
         if foreign:
             self.store.ledger.set_status(self._query_id, [e.epoch for e in foreign], "ACK_FAILED")

@@ -20,6 +20,7 @@ _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateL
                "maxRecordsPerPartition", "includeHeaders", "maxDeliveries", "deadLetterLocation", "failOnDataLoss",
                "coordinator", "pollTimeoutMs", "lockDurationMs", "kafka.*")
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.startswith(_KAFKA_PREFIX)}
+_INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 # librdkafka settings the connector owns: a user value would break acquisition or acks.
 _RESERVED_KAFKA = {"share.acknowledgement.mode", "max.poll.records", "enable.auto.commit"}
 
@@ -116,9 +117,9 @@ def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise OptionError(f"option '{name}' must be a positive integer, got {raw!r}") from None
-    if value <= 0:
-        raise OptionError(f"option '{name}' must be a positive integer, got {raw!r}")
+        raise OptionError(f"option '{name}' must be a positive integer up to {_INT32_MAX}, got {raw!r}") from None
+    if not 0 < value <= _INT32_MAX:
+        raise OptionError(f"option '{name}' must be a positive integer up to {_INT32_MAX}, got {raw!r}")
     return value
 
 

@@ -20,8 +20,9 @@ def test_defaults_and_kafka_passthrough():
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("maxRecordsPerTrigger", "0", "option 'maxRecordsPerTrigger' must be a positive integer, got '0'"),
-    ("maxRecordsPerPartition", "ten", "option 'maxRecordsPerPartition' must be a positive integer, got 'ten'"),
+    ("maxRecordsPerTrigger", "0", "option 'maxRecordsPerTrigger' must be a positive integer up to 2147483647"),
+    ("maxRecordsPerTrigger", str(2**31), "option 'maxRecordsPerTrigger' must be a positive integer up to"),
+    ("maxRecordsPerPartition", "ten", "option 'maxRecordsPerPartition' must be a positive integer up to"),
     ("includeHeaders", "yes", "option 'includeHeaders' must be true or false, got 'yes'"),
     ("coordinator", "zookeeper", "option 'coordinator' must be one of"),
     ("coordinator", "delta", "option 'coordinator'='delta' is not available yet"),

@@ -27,7 +27,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+soak: $(STAMP)
+	$(BIN)/python -m soak $(SOAK_ARGS)
 
 broker: $(STAMP)
 	$(BIN)/sharegroup broker --topic orders:4

@@ -1,0 +1,39 @@
+"""The Kafka and the records every figure is measured on.
+
+Same rule as the tests: the embedded broker, unless ``SHAREGROUP_TEST_BOOTSTRAP`` names a real
+Kafka 4.2+ cluster with share groups enabled. Records are produced once per topic, before any
+share consumer starts: on the embedded broker a closing client connection drops every share
+session on its node, so a producer must not come and go while a measured consumer is running.
+Each measurement then reads the same topic through a fresh share group (earliest offset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_under_test
+
+__all__ = ["BOOTSTRAP_ENV", "bench_kafka", "produce_dataset", "record_value"]
+
+
+@contextmanager
+def bench_kafka() -> Iterator[KafkaUnderTest]:
+    under_test, broker = kafka_under_test()
+    try:
+        yield under_test
+    finally:
+        if broker is not None:
+            broker.close()
+
+
+def record_value(number: int, value_bytes: int) -> bytes:
+    """Record ``number``'s value: its number, padded to a fixed size so every run moves the same bytes."""
+    return str(number).encode().ljust(value_bytes, b".")
+
+
+def produce_dataset(kafka: KafkaUnderTest, partitions: int, records: int, value_bytes: int) -> str:
+    """A new topic with ``partitions`` partitions holding records ``0..records-1`` round-robin."""
+    topic = kafka.new_topic(partitions, prefix=f"bench-p{partitions}")
+    kafka.produce(topic, ((n % partitions, str(n).encode(), record_value(n, value_bytes)) for n in range(records)))
+    return topic

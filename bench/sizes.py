@@ -1,0 +1,47 @@
+"""How big a bench run is: the full run (a few minutes) and ``--quick`` (about a minute).
+
+Every figure of one run is measured on the same records (count, size, key and value bytes), so
+the plain consumer, the in-process driver and the Spark query are compared on equal terms.
+The embedded broker keeps at most 5 MiB per partition, so a one-partition topic must hold the
+whole data set: 50,000 records of 64 bytes stay well below that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Sizes"]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    records: int
+    value_bytes: int
+    #: partition counts for the scaling figure; ``main_partitions`` is the headline configuration
+    partition_counts: tuple[int, ...]
+    main_partitions: int
+    #: maxRecordsPerPartition values for the scaling figure (10,000 is the source's default)
+    max_records_per_partition: tuple[int, ...]
+    #: plain-consumer runs per configuration; the median is reported (the broker is noisy)
+    baseline_repeats: int
+    #: Spark runs of the headline configuration, and of every other partition count; medians are reported
+    source_repeats: int
+    scaling_repeats: int
+    #: epochs for bench.state_store_bench.ledger_latency
+    ledger_epochs: int
+    #: batches the memory pass measures after one warm-up batch
+    memory_batches: int
+    #: longest a single consuming run may take before it is reported as incomplete
+    run_timeout_s: float = 180.0
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(records=50_000, value_bytes=64, partition_counts=(1, 2, 4, 8), main_partitions=4,
+                   max_records_per_partition=(500, 2_000, 10_000), baseline_repeats=5, source_repeats=3,
+                   scaling_repeats=2, ledger_epochs=200, memory_batches=4)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(records=30_000, value_bytes=64, partition_counts=(1, 4), main_partitions=4,
+                   max_records_per_partition=(1_000, 10_000), baseline_repeats=3, source_repeats=1,
+                   scaling_repeats=1, ledger_epochs=40, memory_batches=2, run_timeout_s=90.0)

@@ -1,0 +1,63 @@
+"""``make soak``: a bounded soak of format("sharegroup") under random faults.
+
+    python -m soak [--minutes 10] [--seed 932] [--keep DIR]
+
+Uses a three-node embedded broker (so a node going down takes only part of the cluster), or the
+cluster named by SHAREGROUP_TEST_BOOTSTRAP, where the faults that need the embedded broker are
+left out. Prints the table of faults and records; exits 1 if anything was lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from sharegroup_source.broker import EmbeddedBroker
+from soak.run import SoakSettings, run_soak
+from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_under_test
+from tests.spark_session import local_spark
+
+#: share of the run spent injecting faults; the rest is left for the drain
+FAULT_SHARE = 0.8
+
+
+def _kafka() -> tuple[KafkaUnderTest, EmbeddedBroker | None]:
+    if os.environ.get(BOOTSTRAP_ENV):
+        return kafka_under_test()
+    broker = EmbeddedBroker(brokers=3).start()
+    return KafkaUnderTest(broker, broker.bootstrap_servers), broker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the soak runs, drain included")
+    parser.add_argument("--seed", type=int, default=932, help="seed of the fault schedule")
+    parser.add_argument("--keep", type=Path, help="keep the sink, checkpoint and state in this folder")
+    args = parser.parse_args(argv)
+    seconds = args.minutes * 60
+    settings = SoakSettings(fault_seconds=seconds * FAULT_SHARE, drain_timeout_s=seconds * (1 - FAULT_SHARE),
+                            seed=args.seed)
+    kafka, broker = _kafka()
+    print(f"soak for {args.minutes:g} min on {'the embedded broker' if broker else 'the cluster in ' + BOOTSTRAP_ENV}, "
+          f"seed {args.seed}", flush=True)
+    spark = local_spark()
+    try:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            report = run_soak(spark, kafka, args.keep, settings)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sharegroup-soak-") as work:
+                report = run_soak(spark, kafka, Path(work), settings)
+    finally:
+        spark.stop()
+        if broker is not None:
+            broker.close()
+    print(report.table())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The faults the soak injects, and the seeded order it injects them in.
+
+Each fault returns whether it really happened (a fault that waits for a batch may find none in
+time); only those that happened are counted. Faults that need the embedded broker (node down,
+injected protocol errors, a short acquisition lock) are left out on a real cluster.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from sharegroup_source.broker import EmbeddedBroker
+from soak.member import IndependentMember
+from soak.query import SoakQuery
+from soak.sink import BatchSink
+from tests.kafka_under_test import KafkaUnderTest
+
+__all__ = ["FAULTS", "Fault", "SoakContext", "applicable", "schedule"]
+
+#: How long a fault waits for the query to reach the batch it needs.
+ARM_TIMEOUT_S = 30.0
+#: Lock duration while a lock-expiry fault is armed; the slow batch outlasts it by SLOW_MARGIN_S.
+SHORT_LOCK_MS = 1_500
+SLOW_MARGIN_S = 1.5
+#: Retriable errors a broker may answer ShareFetch / ShareAcknowledge with.
+FETCH_ERRORS = ("LEADER_NOT_AVAILABLE", "NOT_LEADER_FOR_PARTITION", "REQUEST_TIMED_OUT")
+ACK_ERRORS = ("SHARE_SESSION_NOT_FOUND", "INVALID_RECORD_STATE", "INVALID_SHARE_SESSION_EPOCH")
+
+
+@dataclass
+class SoakContext:
+    """What a fault acts on."""
+
+    rng: random.Random
+    kafka: KafkaUnderTest
+    query: SoakQuery
+    sink: BatchSink
+    topic: str
+    group: str
+    lock_ms: int
+    members: list[IndependentMember] = field(default_factory=list)
+
+    @property
+    def broker(self) -> EmbeddedBroker:
+        assert self.kafka.embedded is not None, "a broker fault was scheduled on a real cluster"
+        return self.kafka.embedded
+
+    def wait(self, event: threading.Event, timeout_s: float = ARM_TIMEOUT_S) -> bool:
+        """Wait for ``event`` while keeping the query running (an earlier fault may have ended it)."""
+        deadline = time.monotonic() + timeout_s
+        while not event.wait(0.2):
+            self.query.ensure_running()
+            if time.monotonic() > deadline:
+                self.sink.disarm()
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    needs_embedded: bool
+    inject: Callable[[SoakContext], bool]
+
+
+def _task_failure(ctx: SoakContext) -> bool:
+    """foreachBatch raises once, before or after writing: the query fails and restarts from its checkpoint."""
+    ctx.query.expect_failure()  # before arming: the failure may end the query while this thread waits
+    if ctx.wait(ctx.sink.arm_failure(after_write=ctx.rng.random() < 0.5)):
+        return True
+    ctx.query.expect_failure(cancel=True)
+    return False
+
+
+def _driver_killed(ctx: SoakContext) -> bool:
+    """SIGKILL the driver-side Python worker mid-batch: nothing is released, the query fails and restarts."""
+    if not ctx.wait(ctx.sink.arm_pause(1.0)) or not ctx.query.kill_source_worker():
+        return False
+    ctx.query.expect_failure()  # noticed only by ensure_running, which runs on this thread
+    return True
+
+
+def _query_stopped(ctx: SoakContext) -> bool:
+    """query.stop() while a batch is in the sink, then start again from the checkpoint."""
+    if not ctx.wait(ctx.sink.arm_pause(1.0)):
+        return False
+    ctx.query.restart()
+    return True
+
+
+def _broker_down(ctx: SoakContext) -> bool:
+    node = ctx.rng.choice(ctx.broker.broker_ids)
+    ctx.broker.set_down(node)
+    try:
+        time.sleep(ctx.rng.uniform(1.0, 3.0))
+    finally:
+        ctx.broker.set_up(node)
+    return True
+
+
+def _fetch_errors(ctx: SoakContext) -> bool:
+    ctx.broker.fail_next("ShareFetch", ctx.rng.choices(FETCH_ERRORS, k=ctx.rng.randint(1, 3)))
+    return True
+
+
+def _ack_errors(ctx: SoakContext) -> bool:
+    ctx.broker.fail_next("ShareAcknowledge", ctx.rng.choices(ACK_ERRORS, k=ctx.rng.randint(1, 3)))
+    return True
+
+
+def _lock_expired(ctx: SoakContext) -> bool:
+    """A batch outlives its acquisition lock: its acks fail, the records come back and are deduplicated.
+
+    Only batches acquired after the lock is shortened get the short lock, and the batch after the
+    current one may already be acquired, so the slow batch is the one after that.
+    """
+    ctx.broker.set_lock_duration(SHORT_LOCK_MS)
+    try:
+        return ctx.wait(ctx.sink.arm_slow(ctx.sink.last_batch + 2, SHORT_LOCK_MS / 1000 + SLOW_MARGIN_S))
+    finally:
+        ctx.broker.set_lock_duration(ctx.lock_ms)
+
+
+def _member_joined(ctx: SoakContext) -> bool:
+    """Another ShareConsumer joins the group for a few seconds, then leaves."""
+    if any(m.is_alive() for m in ctx.members):
+        return False
+    member = IndependentMember(ctx.kafka.config(**{"group.id": ctx.group}), ctx.topic, ctx.rng.uniform(3.0, 6.0))
+    member.start()
+    ctx.members.append(member)
+    return True
+
+
+FAULTS = (
+    Fault("task_failure", False, _task_failure),
+    Fault("driver_killed", False, _driver_killed),
+    Fault("query_stopped", False, _query_stopped),
+    Fault("broker_down", True, _broker_down),
+    Fault("share_fetch_errors", True, _fetch_errors),
+    Fault("share_ack_errors", True, _ack_errors),
+    Fault("lock_expired", True, _lock_expired),
+    Fault("member_joined", False, _member_joined),
+)
+
+
+def applicable(embedded: bool) -> list[Fault]:
+    """The faults this cluster can take: all on the embedded broker, those outside the broker on a real one."""
+    return [f for f in FAULTS if embedded or not f.needs_embedded]
+
+
+def schedule(rng: random.Random, embedded: bool) -> Iterator[Fault]:
+    """Every applicable kind once in a seeded random order, then kinds drawn at random for ever."""
+    kinds = applicable(embedded)
+    first = rng.sample(kinds, len(kinds))
+    yield from first
+    while True:
+        yield rng.choice(kinds)

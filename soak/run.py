@@ -1,0 +1,118 @@
+"""One soak: produce numbered records, inject faults at seeded random times, drain, account for every record.
+
+The query starts first and the producer once the query's member has joined (on the embedded
+broker a client that comes and goes drops the share sessions of its node, which is a fault of its
+own). After the fault phase the producer stops and the query keeps running until every produced
+record is in the sink or was accepted by an independent member, or the drain time runs out.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from soak.faults import SoakContext, applicable, schedule
+from soak.producer import NumberedProducer
+from soak.query import SoakQuery
+from soak.report import SoakReport
+from soak.sink import BatchSink
+from state_store import StateStore
+from tests.kafka_under_test import KafkaUnderTest
+
+__all__ = ["SoakSettings", "run_soak"]
+
+#: librdkafka's mock cluster default for share-group session timeouts, restored after the soak.
+MOCK_SESSION_TIMEOUT_MS = 45_000
+
+
+@dataclass(frozen=True)
+class SoakSettings:
+    #: how long faults are injected; the drain comes on top
+    fault_seconds: float
+    drain_timeout_s: float = 60.0
+    seed: int = 932
+    partitions: int = 4
+    records_per_s: int = 200
+    #: the group's acquisition lock: every ordinary batch must commit well within it
+    lock_ms: int = 10_000
+    #: a SIGKILLed worker's member keeps its partitions until this runs out (the heartbeat is 5 s)
+    session_timeout_ms: int = 12_000
+    #: pause between two faults, drawn uniformly
+    gap_s: tuple[float, float] = (2.0, 4.0)
+    max_delivery_attempts: int = 10
+
+
+def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: SoakSettings) -> SoakReport:
+    rng = random.Random(settings.seed)
+    topic = kafka.new_topic(settings.partitions, prefix="soak")
+    group = kafka.new_group(lock_duration_ms=settings.lock_ms, delivery_attempt_limit=settings.max_delivery_attempts)
+    if kafka.embedded is not None:
+        kafka.embedded.set_session_timeout(settings.session_timeout_ms)
+    sink = BatchSink(work / "sink")
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group, "subscribe": topic,
+               "stateLocation": str(work / "state"), "maxRecordsPerTrigger": "1000",
+               "maxRecordsPerPartition": "300", "pollTimeoutMs": "500", "lockDurationMs": str(settings.lock_ms)}
+    query = SoakQuery(spark, options, work / "checkpoint", sink)
+    ctx = SoakContext(rng, kafka, query, sink, topic, group, settings.lock_ms)
+    producer = NumberedProducer(kafka.config(), topic, settings.partitions, settings.records_per_s)
+    faults: Counter[str] = Counter()
+    started = time.monotonic()
+    try:
+        query.start()
+        _keep_running(query, 2.0)  # the member joins before any record exists
+        producer.start()
+        kinds = schedule(rng, kafka.is_embedded)
+        pending = {f.name for f in applicable(kafka.is_embedded)}
+        while _injecting(time.monotonic() - started, settings.fault_seconds, pending):
+            _keep_running(query, rng.uniform(*settings.gap_s))
+            fault = next(kinds)
+            if fault.inject(ctx):
+                faults[fault.name] += 1
+                pending.discard(fault.name)
+        producer.finish()
+        for member in ctx.members:
+            member.join()
+        accepted = set().union(*(m.accepted for m in ctx.members))
+        deadline = time.monotonic() + settings.drain_timeout_s
+        while producer.delivered - sink.rows().numbers - accepted and time.monotonic() < deadline:
+            _keep_running(query, 1.0)
+    finally:
+        query.stop()
+        if producer.is_alive():
+            producer.finish()
+        if kafka.embedded is not None:
+            kafka.embedded.set_session_timeout(MOCK_SESSION_TIMEOUT_MS)
+            kafka.embedded.set_up(-1)
+    return _account(settings, faults, producer, sink, accepted, query, StateStore(str(work / "state")), group,
+                    time.monotonic() - started)
+
+
+def _injecting(elapsed: float, fault_seconds: float, pending: set[str]) -> bool:
+    """Inject until the fault phase is over, and beyond it (up to twice as long) until every kind happened."""
+    return elapsed < fault_seconds or (bool(pending) and elapsed < 2 * fault_seconds)
+
+
+def _keep_running(query: SoakQuery, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        query.ensure_running()
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def _account(settings: SoakSettings, faults: Counter[str], producer: NumberedProducer, sink: BatchSink,
+             accepted: set[int], query: SoakQuery, store: StateStore, group: str, seconds: float) -> SoakReport:
+    produced, rows = producer.delivered, sink.rows()
+    lost = sorted(produced - rows.numbers - accepted)
+    return SoakReport(
+        seconds=seconds, seed=settings.seed, faults=faults, produced=len(produced), in_sink=len(rows.numbers),
+        accepted_by_independent=len(accepted), in_both=len(accepted & rows.numbers), lost=len(lost),
+        duplicated=rows.duplicated, lost_examples=tuple(lost[:10]), produce_failures=producer.failed,
+        duplicate_batches=tuple(rows.batches_with_duplicates[:10]),
+        query_starts=query.starts,
+        expected_failures=query.expected_failures_seen, unexpected_failures=tuple(query.unexpected_failures),
+        counters=store.progress.totals(group))

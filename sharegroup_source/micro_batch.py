@@ -58,6 +58,11 @@ class MicroBatchDriver:
         self._emitted = EmittedIndex(live)
         # unsettled epochs of an earlier run: their locks died with that run's member
         self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
+        # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
+        # only when it builds the next batch), and then their records come back and must not be
+        # emitted again
+        self._released: dict[int, LedgerEntry] = {
+            e.epoch: e for e in self.store.ledger.entries(self._query_id, statuses=("RELEASED",))}
         self._available_now: dict[tuple[str, int], int] | None = None
         self._published: dict[str, int] = {}
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
@@ -111,6 +116,7 @@ class MicroBatchDriver:
                     f"epoch {epoch} is in Spark's checkpoint but not in the ledger at stateLocation="
                     f"{self._options.state_location}: was the state location changed or deleted?")
             partitions += self._replay_partitions(entry)
+            self._released.pop(epoch, None)
             if entry.status == "RELEASED":
                 emitted.append(epoch)
                 self._emitted.add(entry)
@@ -136,6 +142,10 @@ class MicroBatchDriver:
             if status == "ACKED":
                 self._emitted.remove_epoch(e)
                 self._decisions.pop(e, None)
+        committed = [self._released.pop(e) for e in sorted(self._released) if e <= epoch]
+        for entry in committed:  # released by an earlier run's stop, yet committed by Spark
+            self._emitted.add(entry)
+            self._foreign[entry.epoch] = entry
         foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
         if foreign:
             self.store.ledger.set_status(self._query_id, [e.epoch for e in foreign], "ACK_FAILED")

@@ -34,10 +34,6 @@ def test_soak_loses_and_duplicates_nothing_under_random_faults(spark, kafka, tmp
     assert report.duplicated == 0, f"{report.duplicated} records duplicated in the sink\n{report.table()}"
 
 
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug: MicroBatchDriver.stop() RELEASEs the last epoch although Spark may have committed it, "
-                          "and a restarted run does not deduplicate RELEASED epochs")
 def test_soak_stop_after_spark_committed_the_last_batch_emits_nothing_twice(kafka, tmp_path):
     """query.stop() after batch N reached Spark's commit log, before the trigger that would ACCEPT it.
 

@@ -34,7 +34,11 @@ def _stop_on_sigterm() -> None:
 
 
 def _exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+    if not _STOPPING.is_set():  # a stop already under way must finish its releases, not be cut short
+        raise SystemExit(128 + signum)
+
+
+_STOPPING = threading.Event()
 
 
 class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -78,5 +82,9 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def stop(self) -> None:
         if self._driver is not None:
-            self._driver.stop()
-            self._driver = None
+            _STOPPING.set()
+            try:
+                self._driver.stop()
+            finally:
+                self._driver = None
+                _STOPPING.clear()

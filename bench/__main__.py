@@ -46,7 +46,7 @@ DEFAULT_RECORD_LOCK_LIMIT = 2_000
 def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30),
             "python": platform.python_version(), "pyspark": pyspark.__version__,
-            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": confluent_kafka.__version__, "librdkafka": confluent_kafka.libversion()[0],
             "deltalake": deltalake.__version__, "pyarrow": pa.__version__}
 
 

@@ -36,7 +36,6 @@ class _RunnerMemory(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.peak_rss = 0
-        self.first_rss = 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -48,7 +47,6 @@ class _RunnerMemory(threading.Thread):
                     rss = process.memory_info().rss
                 except psutil.Error:
                     continue
-                self.first_rss = self.first_rss or rss
                 self.peak_rss = max(self.peak_rss, rss)
 
     def stop(self) -> None:
@@ -96,6 +94,5 @@ def source_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, rec
         "batches": len(batches), "records_read": read,
         "records_per_batch_p50": statistics.median(p["numInputRows"] for p in steady) if steady else 0,
         "batch_phases_p50_ms": phases,
-        "runner_rss_first_mb": round(memory.first_rss / 2**20, 1),
         "runner_rss_peak_mb": round(memory.peak_rss / 2**20, 1),
     }

@@ -178,10 +178,11 @@ class MicroBatchDriver:
         Trigger.AvailableNow an empty answer ends the run, and a new member's first polls
         return nothing until its assignment arrives, so emptiness must last a while.
         """
-        idle_s = AVAILABLE_NOW_IDLE_S if self._available_now is not None else self._options.poll_timeout_ms / 1000
-        idle_until = time.monotonic() + idle_s
+        poll_s = self._options.poll_timeout_ms / 1000
+        idle_until = time.monotonic() + (AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s)
         while True:
-            fresh = self._admit(self._client.poll(self._options.poll_timeout_ms / 1000), max_records)
+            remaining = idle_until - time.monotonic()
+            fresh = self._admit(self._client.poll(max(min(poll_s, remaining), 0.01)), max_records)
             if fresh or time.monotonic() >= idle_until:
                 return fresh
 

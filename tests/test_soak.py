@@ -19,7 +19,7 @@ from soak.faults import applicable
 from soak.run import SoakSettings, run_soak
 from tests.kafka_under_test import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timeout(180)]
 
 SHORT_SOAK = SoakSettings(fault_seconds=45, drain_timeout_s=30, seed=20260, gap_s=(1.5, 3.0))
 

@@ -9,22 +9,12 @@ Each measurement then reads the same topic through a fresh share group (earliest
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_under_test
+from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session
 
 __all__ = ["BOOTSTRAP_ENV", "bench_kafka", "produce_dataset", "record_value"]
 
 
-@contextmanager
-def bench_kafka() -> Iterator[KafkaUnderTest]:
-    under_test, broker = kafka_under_test()
-    try:
-        yield under_test
-    finally:
-        if broker is not None:
-            broker.close()
+bench_kafka = kafka_session  # the same Kafka the tests use: embedded, or SHAREGROUP_TEST_BOOTSTRAP
 
 
 def record_value(number: int, value_bytes: int) -> bytes:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from sharegroup_source.broker import API_KEYS
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_under_test
+from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session
 
 
 def pytest_report_header(config) -> str:
@@ -19,12 +19,8 @@ def pytest_report_header(config) -> str:
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaUnderTest]:
-    under_test, broker = kafka_under_test()
-    try:
+    with kafka_session() as under_test:
         yield under_test
-    finally:
-        if broker is not None:
-            broker.close()
 
 
 @pytest.fixture(autouse=True)

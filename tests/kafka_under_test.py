@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -115,3 +116,14 @@ def kafka_under_test() -> tuple[KafkaUnderTest, EmbeddedBroker | None]:
         return KafkaUnderTest(None, servers), None
     broker = EmbeddedBroker(brokers=1).start()
     return KafkaUnderTest(broker, broker.bootstrap_servers), broker
+
+
+@contextmanager
+def kafka_session() -> Iterator[KafkaUnderTest]:
+    """The Kafka under test for a whole run; an embedded broker is closed at the end."""
+    under_test, broker = kafka_under_test()
+    try:
+        yield under_test
+    finally:
+        if broker is not None:
+            broker.close()

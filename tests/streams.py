@@ -74,7 +74,15 @@ class StreamSetup:
         """(partition, value, deliveryCount) of every row in the sink, duplicates kept."""
         if not self.sink.exists():
             return []
-        rows = spark.read.parquet(str(self.sink)).select("partition", "value", "deliveryCount").collect()
+        # a foreachBatch folder is complete once it has _SUCCESS; one being written is skipped
+        batches = sorted(str(d) for d in self.sink.glob("batch=*") if (d / "_SUCCESS").exists())
+        if batches:
+            frame = spark.read.option("basePath", str(self.sink)).parquet(*batches)
+        elif any(self.sink.glob("batch=*")):
+            return []
+        else:
+            frame = spark.read.parquet(str(self.sink))
+        rows = frame.select("partition", "value", "deliveryCount").collect()
         return [(r.partition, bytes(r.value), r.deliveryCount) for r in rows]
 
     def progress(self) -> dict[str, int]:

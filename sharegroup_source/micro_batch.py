@@ -18,6 +18,7 @@ from confluent_kafka import Message
 
 from sharegroup_source.acknowledger import Acknowledger
 from sharegroup_source.emitted_index import EmittedIndex
+from sharegroup_source.handover import await_previous_member
 from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
@@ -48,6 +49,7 @@ class MicroBatchDriver:
         self._run_id = uuid.uuid4().hex
         self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location)
         self.counters = SourceCounters()
+        await_previous_member(self.store.progress, self._query_id)
         self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                                    metadata_timeout_s=30)
         self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
@@ -64,8 +66,9 @@ class MicroBatchDriver:
         self._released: dict[int, LedgerEntry] = {
             e.epoch: e for e in self.store.ledger.entries(self._query_id, statuses=("RELEASED",))}
         self._available_now: dict[tuple[str, int], int] | None = None
-        self._published: dict[str, int] = {}
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
+        self._published: dict[str, int] = {}
+        self._publish_counters()  # the member is in the group: a next run waits for it to leave
 
     # -- Spark's calls ---------------------------------------------------------------
     def initial_offset(self) -> dict:
@@ -156,19 +159,19 @@ class MicroBatchDriver:
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()
             self._payload.clear()
-            self._publish_counters()
         finally:
             self._client.close()
+            self._publish_counters(left=True)
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""
         self._available_now = log_end_offsets(self._options.client_config, self._client.partitions)
 
     # -- helpers -----------------------------------------------------------------------
-    def _publish_counters(self) -> None:
+    def _publish_counters(self, left: bool = False) -> None:
         snapshot = self.counters.snapshot()
-        if snapshot != self._published:
-            self.store.progress.append(self._query_id, self._run_id, snapshot)
+        if snapshot != self._published or left:
+            self.store.progress.append(self._query_id, self._run_id, snapshot, left=left)
             self._published = snapshot
 
     def _acquire(self, max_records: int | None) -> list[Message]:

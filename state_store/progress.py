@@ -5,25 +5,58 @@ source-specific numbers, so the counters that tests, the demo and dashboards nee
 (acknowledged by type, failed acks, deduplicated redeliveries, lock headroom) live here.
 Counters are cumulative per query run, so only each run's latest row matters; maintenance
 drops the others.
+
+Each row also says which process runs the query's share-group member and whether that member
+has left the group, so a restarted query can wait for its predecessor's member to leave (see
+``sharegroup_source.handover``).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from state_store.delta_table import Snapshot, StateTable, Write
 
-__all__ = ["COUNTERS", "PROGRESS_SCHEMA", "ProgressTable"]
+__all__ = ["COUNTERS", "PROGRESS_SCHEMA", "ProgressTable", "RunMember"]
 
 COUNTERS = ("acquired", "accepted", "released", "rejected", "ack_failures", "redeliveries_deduped",
             "dead_lettered", "epochs", "min_lock_headroom_ms")
 PROGRESS_SCHEMA = pa.schema([("query_id", pa.string()), ("run_id", pa.string()),
                              ("written_at_ms", pa.int64()), *[(name, pa.int64()) for name in COUNTERS],
+                             ("host", pa.string()), ("pid", pa.int64()), ("left_at_ms", pa.int64()),
                              ("commit_version", pa.int64())])  # later commits win
+
+
+@dataclass(frozen=True)
+class RunMember:
+    """The share-group member of a query run that has not recorded leaving the group."""
+
+    run_id: str
+    host: str | None
+    pid: int | None
+    written_at_ms: int
+
+    def process_is_gone(self) -> bool:
+        """True when the run's process is known to be dead: it can no longer leave the group.
+
+        Only a process on this host can be checked; elsewhere the answer is False.
+        """
+        if self.host != socket.gethostname() or self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)  # signal 0 only asks whether the process exists
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # it exists, under another user
+            pass
+        return False
 
 
 class ProgressTable:
@@ -32,9 +65,12 @@ class ProgressTable:
     def __init__(self, table: StateTable):
         self.table = table
 
-    def append(self, query_id: str, run_id: str, counters: Mapping[str, int]) -> None:
-        row = {"query_id": query_id, "run_id": run_id, "written_at_ms": int(time.time() * 1000),
-               **{name: None if counters[name] is None else int(counters[name]) for name in COUNTERS}}
+    def append(self, query_id: str, run_id: str, counters: Mapping[str, int], *, left: bool = False) -> None:
+        """Record a run's counters; ``left`` says its member has left the share group for good."""
+        now_ms = int(time.time() * 1000)
+        row = {"query_id": query_id, "run_id": run_id, "written_at_ms": now_ms,
+               **{name: None if counters[name] is None else int(counters[name]) for name in COUNTERS},
+               "host": socket.gethostname(), "pid": os.getpid(), "left_at_ms": now_ms if left else None}
         self.table.commit(lambda snapshot: Write(pa.Table.from_pylist(
             [{**row, "commit_version": snapshot.next_version}], schema=PROGRESS_SCHEMA)))
 
@@ -48,6 +84,16 @@ class ProgressTable:
         totals["min_lock_headroom_ms"] = min(headrooms) if headrooms else None
         totals["runs"] = len(latest)
         return totals
+
+    def member_in_group(self, query_id: str) -> RunMember | None:
+        """The query's latest run, when it has not recorded that its member left the group."""
+        rows = [r for r in self.table.snapshot().rows() if r["query_id"] == query_id]
+        if not rows:
+            return None
+        last = max(rows, key=lambda r: r["commit_version"])
+        if last["left_at_ms"] is not None:
+            return None
+        return RunMember(last["run_id"], last["host"], last["pid"], last["written_at_ms"])
 
     def maintain(self) -> None:
         """Keep each run's latest row only: earlier ones are superseded cumulative counters."""

@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tests.kafka_under_test import KafkaUnderTest
+from tests.kafka_under_test import KafkaUnderTest, wait_for
 
 
 @dataclass
@@ -90,6 +90,17 @@ class StreamSetup:
         from state_store import StateStore
 
         return StateStore(str(self.state)).progress.totals(self.group)
+
+    def wait_until_member_left(self, timeout_s: float = 30.0) -> None:
+        """Wait for the query's member to leave the group (Spark stops its worker asynchronously).
+
+        A member joining before that would share the partitions with it, and on one partition
+        get nothing at all, so what it reads would say nothing about the group.
+        """
+        from state_store import StateStore
+
+        progress = StateStore(str(self.state)).progress
+        wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave")
 
     def ledger_entries(self) -> list:
         from state_store import StateStore

@@ -27,6 +27,7 @@ def _setup(kafka: KafkaUnderTest, tmp_path: Path, partitions: int = 3, **group_s
 
 def _drain_fresh_member(setup: StreamSetup, seconds: float = 3.0) -> list:
     """What a new member of the group can still get: nothing, once everything was accepted."""
+    setup.wait_until_member_left()
     got = []
     with ShareClient(setup.kafka.config(**{"group.id": setup.group}), [setup.topic]) as client:
         deadline = time.monotonic() + seconds
@@ -120,6 +121,7 @@ def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
         query.awaitTermination(120)
     assert len(seen_in_failed_batch) == 100
     # the query is never restarted: another member of the group must get every record
+    setup.wait_until_member_left()
     got = {}
     with ShareClient(kafka.config(**{"group.id": setup.group}), [setup.topic]) as other:
         deadline = time.monotonic() + 30

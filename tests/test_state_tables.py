@@ -217,3 +217,17 @@ def test_tables_keep_a_protocol_delta_spark_reads(store: StateStore) -> None:
         protocol = DeltaTable(str(Path(store.location) / name)).protocol()
         assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2), name
         assert not protocol.reader_features and not protocol.writer_features, name
+
+
+def test_progress_knows_whether_the_latest_runs_member_left(store: StateStore) -> None:
+    assert store.progress.member_in_group("q") is None
+    store.progress.append("q", "run-1", dict.fromkeys(COUNTERS, 1))
+    member = store.progress.member_in_group("q")
+    assert member is not None and member.run_id == "run-1" and not member.process_is_gone()
+    store.progress.append("q", "run-1", dict.fromkeys(COUNTERS, 1), left=True)
+    assert store.progress.member_in_group("q") is None
+    store.progress.append("q", "run-2", dict.fromkeys(COUNTERS, 0))
+    assert store.progress.member_in_group("q").run_id == "run-2"
+    assert store.progress.member_in_group("other") is None
+    store.maintain()
+    assert store.progress.member_in_group("q").run_id == "run-2"

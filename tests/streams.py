@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sharegroup_source.options import SourceOptions
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 
 
@@ -43,6 +44,10 @@ class StreamSetup:
             "pollTimeoutMs": "500",
             **{k: str(v) for k, v in extra.items()},
         }
+
+    def source_options(self, **extra: Any) -> SourceOptions:
+        """The parsed options, for tests that call the driver in Spark's order without Spark."""
+        return SourceOptions.parse(self.options(**extra))
 
     def read_stream(self, spark: SparkSession, **extra: Any) -> DataFrame:
         return spark.readStream.format("sharegroup").options(**self.options(**extra)).load()

@@ -15,18 +15,17 @@ from pathlib import Path
 
 from sharegroup_source.handover import await_previous_member
 from sharegroup_source.micro_batch import MicroBatchDriver
-from sharegroup_source.options import SourceOptions
 from state_store import StateStore
 from state_store.progress import COUNTERS
 from tests.kafka_under_test import wait_for
+from tests.streams import StreamSetup
 
 
 def test_a_restarted_run_joins_after_the_previous_member_left(kafka, tmp_path):
-    topic, group = kafka.new_topic(2, prefix="handover"), kafka.new_group()
-    kafka.produce_numbered(topic, 200, 2)
-    options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
-                                   "subscribe": topic, "stateLocation": str(tmp_path / "state"),
-                                   "pollTimeoutMs": "500"})
+    setup = StreamSetup(kafka, kafka.new_topic(2, prefix="handover"), kafka.new_group(), tmp_path)
+    group = setup.group
+    kafka.produce_numbered(setup.topic, 200, 2)
+    options = setup.source_options()
     first = MicroBatchDriver(options)
     start = first.initial_offset()
     wait_for(lambda: first.latest_offset(start, 50) != start, 30, "the first run's first epoch")

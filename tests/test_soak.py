@@ -14,10 +14,10 @@ import time
 import pytest
 
 from sharegroup_source.micro_batch import MicroBatchDriver
-from sharegroup_source.options import SourceOptions
 from soak.faults import applicable
 from soak.run import SoakSettings, run_soak
 from tests.kafka_under_test import wait_for
+from tests.streams import StreamSetup
 
 pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timeout(180)]
 
@@ -43,11 +43,10 @@ def test_soak_stop_after_spark_committed_the_last_batch_emits_nothing_twice(kafk
     latestOffset that acknowledges N, only when it builds batch N+1, so a stopped query still holds
     N; the restarted run resumes after N and must not emit N's records again.
     """
-    topic, group = kafka.new_topic(1, prefix="stop"), kafka.new_group()
-    kafka.produce_numbered(topic, 100, 1)
-    options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
-                                   "subscribe": topic, "stateLocation": str(tmp_path / "state"),
-                                   "pollTimeoutMs": "500"})
+    setup = StreamSetup(kafka, kafka.new_topic(1, prefix="stop"), kafka.new_group(), tmp_path)
+    group = setup.group
+    kafka.produce_numbered(setup.topic, 100, 1)
+    options = setup.source_options()
     first = MicroBatchDriver(options)
     start = first.initial_offset()
     committed = wait_for(lambda: (end := first.latest_offset(start, None)) != start and end, 30, "the first epoch")

@@ -49,10 +49,8 @@ class MicroBatchDriver:
         self._run_id = uuid.uuid4().hex
         self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location)
         self.counters = SourceCounters()
+        # the previous run's stop writes its releases: read the ledger only once it has left
         await_previous_member(self.store.progress, self._query_id)
-        self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
-                                   metadata_timeout_s=30)
-        self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
         # epochs this run's member acquired and has not settled, with their payload
         self._held: dict[int, LedgerEntry] = {}
         self._payload: dict[int, pa.Table] = {}
@@ -68,7 +66,14 @@ class MicroBatchDriver:
         self._available_now: dict[tuple[str, int], int] | None = None
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
         self._published: dict[str, int] = {}
-        self._publish_counters()  # the member is in the group: a next run waits for it to leave
+        self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
+                                   metadata_timeout_s=30)
+        self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
+        try:
+            self._publish_counters()  # the member is in the group: a next run waits for it to leave
+        except BaseException:  # SIGTERM included: a member nobody will stop must leave now
+            self._client.close()
+            raise
 
     # -- Spark's calls ---------------------------------------------------------------
     def initial_offset(self) -> dict:

@@ -15,6 +15,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 __all__ = ["OffsetRangeReader", "RangeResult"]
 
+#: A leader that moves, a node that is down or a request cut off with its connection: retried until the deadline.
+_TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+              KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT}
+
 
 @dataclass
 class RangeResult:
@@ -29,7 +34,9 @@ class OffsetRangeReader:
 
     Gaps (compacted records, transaction markers, aborted data) mean an offset may never
     arrive: reading stops once the log position passes the last requested offset or reaches
-    the partition's end, and the absent offsets are reported, not waited for.
+    the partition's end, and the absent offsets are reported, not waited for. A node that is
+    down or a leader that moves is waited for, up to ``timeout_s`` per read: a replay runs in a
+    Spark task, and failing it fails the batch.
     """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
@@ -49,22 +56,34 @@ class OffsetRangeReader:
         result = RangeResult()
         if not wanted:
             return result
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=self._timeout_s
-        )
+        deadline = time.monotonic() + self._timeout_s
+        low, high = self._watermarks(topic, partition, deadline)
         result.missing = [o for o in wanted if o < low or o >= high]
         present = [o for o in wanted if low <= o < high]
         if present:
-            result.records, absent = self._fetch(topic, partition, present)
+            result.records, absent = self._fetch(topic, partition, present, deadline)
             result.missing = sorted(result.missing + absent)
         return result
 
-    def _fetch(self, topic: str, partition: int, wanted: list[int]) -> tuple[list[Message], list[int]]:
+    def _watermarks(self, topic: str, partition: int, deadline: float) -> tuple[int, int]:
+        while True:
+            try:
+                return self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=max(deadline - time.monotonic(), 0.1))
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not _transient(error) or time.monotonic() >= deadline:
+                    raise KafkaException(KafkaError(
+                        error.code(), f"replaying {topic}[{partition}]: no log offsets after "
+                        f"{self._timeout_s:.0f}s: {error.str()}")) from None
+                time.sleep(0.2)  # metadata refreshes in the background; ask again shortly
+
+    def _fetch(self, topic: str, partition: int, wanted: list[int],
+               deadline: float) -> tuple[list[Message], list[int]]:
         remaining = set(wanted)
         found: list[Message] = []
         last = wanted[-1]
         self._consumer.assign([TopicPartition(topic, partition, wanted[0])])
-        deadline = time.monotonic() + self._timeout_s
         try:
             while remaining:
                 if time.monotonic() > deadline:
@@ -81,6 +100,8 @@ class OffsetRangeReader:
                         break
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
                         break  # the first offset left the log while we read
+                    if _transient(error):
+                        continue  # librdkafka reconnects and refetches on its own
                     raise KafkaException(error)
                 offset = message.offset()
                 if offset in remaining:
@@ -101,3 +122,6 @@ class OffsetRangeReader:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+def _transient(error: KafkaError) -> bool:
+    return not error.fatal() and (error.retriable() or error.code() in _TRANSIENT)

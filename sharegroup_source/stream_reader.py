@@ -34,8 +34,15 @@ def _stop_on_sigterm() -> None:
 
 
 def _exit(signum: int, _frame: object) -> None:
-    if not _STOPPING.is_set():  # a stop already under way must finish its releases, not be cut short
-        raise SystemExit(128 + signum)
+    """The first SIGTERM unwinds into ``stop()``; the next ones must not cut that stop short.
+
+    Spark sends two in a row (it destroys the worker, then stops the worker factory, which
+    destroys it again), so the stop is marked as under way here, before anything else runs.
+    """
+    if _STOPPING.is_set():
+        return
+    _STOPPING.set()
+    raise SystemExit(128 + signum)
 
 
 _STOPPING = threading.Event()

@@ -169,6 +169,24 @@ def test_range_reader_returns_exactly_the_asked_offsets_across_gaps(kafka: Kafka
         assert [m.offset() for m in beyond.records] == [data_offsets[-1]] and beyond.missing == [1000]
 
 
+def test_range_reader_waits_for_a_node_that_comes_back(kafka: KafkaUnderTest):
+    broker = kafka.require_embedded("takes the broker down")
+    topic = kafka.new_topic(1)
+    kafka.produce_numbered(topic, 50, 1)
+    results: list = []
+    with OffsetRangeReader(kafka.config(), timeout_s=30) as reader:
+        reader.read(topic, 0, [0])  # connected and warm, as an executor's reader is mid-query
+        broker.set_down()
+        replay = threading.Thread(target=lambda: results.append(reader.read(topic, 0, range(10, 20))))
+        replay.start()
+        replay.join(timeout=2)
+        assert replay.is_alive(), "a replay must wait for the node, not fail"
+        broker.set_up()
+        replay.join(timeout=30)
+    assert results, "the replay did not finish once the node was back"
+    assert sorted(m.offset() for m in results[0].records) == list(range(10, 20)) and results[0].missing == []
+
+
 def test_unknown_topic_is_one_clear_error(kafka: KafkaUnderTest):
     with pytest.raises(ClusterError, match="topic 'no-such-topic' does not exist"):
         ShareClient(kafka.config(**{"group.id": "g"}), ["no-such-topic"])

@@ -73,9 +73,9 @@ class OffsetRangeReader:
             except KafkaException as exc:
                 error = exc.args[0]
                 if not _transient(error) or time.monotonic() >= deadline:
+                    waited = f"still failing after {self._timeout_s:.0f}s: " if _transient(error) else ""
                     raise KafkaException(KafkaError(
-                        error.code(), f"replaying {topic}[{partition}]: no log offsets after "
-                        f"{self._timeout_s:.0f}s: {error.str()}")) from None
+                        error.code(), f"replaying {topic}[{partition}]: {waited}{error.str()}")) from None
                 time.sleep(0.2)  # metadata refreshes in the background; ask again shortly
 
     def _fetch(self, topic: str, partition: int, wanted: list[int],

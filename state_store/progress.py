@@ -41,7 +41,6 @@ class RunMember:
     run_id: str
     host: str | None
     pid: int | None
-    written_at_ms: int
 
     def process_is_gone(self) -> bool:
         """True when the run's process is known to be dead: it can no longer leave the group.
@@ -93,7 +92,7 @@ class ProgressTable:
         last = max(rows, key=lambda r: r["commit_version"])
         if last["left_at_ms"] is not None:
             return None
-        return RunMember(last["run_id"], last["host"], last["pid"], last["written_at_ms"])
+        return RunMember(last["run_id"], last["host"], last["pid"])
 
     def maintain(self) -> None:
         """Keep each run's latest row only: earlier ones are superseded cumulative counters."""

@@ -91,9 +91,9 @@ class KafkaUnderTest:
         assert remaining == 0 and not failures, f"produce failed: {remaining} undelivered, {failures[:3]}"
         return count
 
-    def produce_numbered(self, topic: str, count: int, partitions: int) -> set[tuple[int, bytes]]:
-        """Records ``0..count-1`` spread round-robin; returns the set of (partition, value)."""
-        records = [(i % partitions, str(i).encode(), f"record-{i}".encode()) for i in range(count)]
+    def produce_numbered(self, topic: str, count: int, partitions: int, first: int = 0) -> set[tuple[int, bytes]]:
+        """Records ``first..first+count-1`` spread round-robin; returns the set of (partition, value)."""
+        records = [(i % partitions, str(i).encode(), f"record-{i}".encode()) for i in range(first, first + count)]
         self.produce(topic, records)
         return {(partition, value) for partition, _, value in records}
 

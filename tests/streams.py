@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sharegroup_source.micro_batch import UNSETTLED
 from sharegroup_source.options import SourceOptions
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 
@@ -106,6 +107,14 @@ class StreamSetup:
 
         progress = StateStore(str(self.state)).progress
         wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave")
+
+    def every_epoch_settled(self) -> bool:
+        """No epoch is held: a stop now releases nothing back to the group.
+
+        A batch reaches the sink before its epoch is acknowledged (at the next trigger), so a
+        test that stops the query once its sink is complete must also wait for this.
+        """
+        return all(entry.status not in UNSETTLED for entry in self.ledger_entries())
 
     def ledger_entries(self) -> list:
         from state_store import StateStore

@@ -82,8 +82,8 @@ def test_a_released_record_comes_back_once_with_delivery_count_two(spark, kafka,
 
     query = setup.batch_sink(spark, handle, available_now=False, maxRecordsPerTrigger=80)
     try:
-        wait_for(lambda: {v for _, v, _ in setup.sink_rows(spark)} >= {v for _, v in produced}, 90,
-                 "every record in the sink", interval_s=1)
+        wait_for(lambda: {v for _, v, _ in setup.sink_rows(spark)} >= {v for _, v in produced}
+                 and setup.every_epoch_settled(), 90, "every record in the sink and acknowledged", interval_s=1)
     finally:
         query.stop()
     rows = setup.sink_rows(spark)
@@ -104,8 +104,8 @@ def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spar
 
     query = setup.batch_sink(spark, handle, available_now=False, maxDeliveries=3)
     try:
-        wait_for(lambda: _dead_letters(setup) and setup.progress().get("dead_lettered"), 90,
-                 "the poison record in dead_letters and counted", interval_s=1)
+        wait_for(lambda: _dead_letters(setup) and setup.progress().get("dead_lettered")
+                 and setup.every_epoch_settled(), 90, "the poison record in dead_letters and counted", interval_s=1)
     finally:
         query.stop()
     assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}

@@ -176,6 +176,8 @@ def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
                      120, "every record in the sink or at the independent member", interval_s=1)
             if setup.sink_rows(spark) and at_independent():
                 break
+        # a stop releases what the query still holds, and the independent member would get it
+        wait_for(setup.every_epoch_settled, 60, "the query's last epoch acknowledged")
         query.stop()
     finally:
         stop.set()
@@ -203,7 +205,7 @@ def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_pa
         def settled() -> bool:
             progress = setup.progress()
             return (len(setup.sink_rows(spark)) >= 1000 and progress.get("ack_failures", 0) > 0
-                    and progress["redeliveries_deduped"] >= progress["ack_failures"])
+                    and progress["redeliveries_deduped"] >= progress["ack_failures"] and setup.every_epoch_settled())
 
         wait_for(settled, 120, "all records in the sink and every failed ack's records deduplicated", interval_s=1)
     finally:

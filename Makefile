@@ -4,8 +4,11 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# JVM jars (Apache Kafka, Delta, Spark's Kafka source) resolved from jvm/pom.xml; see jvm/pom.xml.
+JARS := jvm/target/.resolved
+MVN := mvn -q -B -f jvm/pom.xml
 
-.PHONY: demo test lint bench soak broker clean
+.PHONY: demo test lint bench soak broker kafka jars clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -16,17 +19,27 @@ $(STAMP): setup.py
 	$(BIN)/pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
+$(JARS): jvm/pom.xml
+	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3.8+ (it resolves the JVM jars in jvm/pom.xml)"; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: Apache Kafka and Spark need Java 17"; exit 1; }
+	rm -rf jvm/target/kafka jvm/target/spark
+	$(MVN) -P kafka dependency:copy-dependencies
+	$(MVN) -P spark dependency:copy-dependencies
+	touch $@
+
+jars: $(JARS)
+
 demo: $(STAMP)
 	$(BIN)/python -m sharegroup_source.demo
 
-test: $(STAMP)
+test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
+bench: $(STAMP) $(JARS)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 soak: $(STAMP)
@@ -35,5 +48,8 @@ soak: $(STAMP)
 broker: $(STAMP)
 	$(BIN)/sharegroup broker --topic orders:4
 
+kafka: $(STAMP) $(JARS)
+	$(BIN)/sharegroup kafka --topic orders:4
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target

@@ -14,7 +14,8 @@ setup(
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
     install_requires=[
-        "pyspark>=4.2,<5",
+        # 4.2.0 exactly: the newest Spark that Delta (delta-spark 4.4.0, jars in jvm/pom.xml) supports.
+        "pyspark==4.2.0",
         "confluent-kafka>=2.16,<3",
         "deltalake>=1.6,<2",
         "pyarrow>=15,<30",
@@ -32,7 +33,7 @@ setup(
             "matplotlib>=3.8,<4",
             "psutil>=5.9,<8",
         ],
-        "delta-spark": ["delta-spark>=4.0,<5"],
+        "delta-spark": ["delta-spark==4.4.0"],
     },
     entry_points={"console_scripts": ["sharegroup=sharegroup_source.cli:main"]},
 )

@@ -1,4 +1,4 @@
-"""Shared fixtures: one Kafka per test session (embedded unless SHAREGROUP_TEST_BOOTSTRAP is set)."""
+"""Shared fixtures: one SparkSession, and one Kafka peer of each kind, per test session."""
 
 from __future__ import annotations
 
@@ -7,20 +7,32 @@ from collections.abc import Iterator
 import pytest
 
 from sharegroup_source.broker import API_KEYS
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session
+from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session, selected_peers
 
 
 def pytest_report_header(config) -> str:
     import os
 
-    target = os.environ.get(BOOTSTRAP_ENV)
-    return f"kafka: {'real cluster at ' + target if target else 'embedded broker (librdkafka mock cluster)'}"
+    external = os.environ.get(BOOTSTRAP_ENV)
+    apache = f"the cluster at {external}" if external else "Apache Kafka's broker started by the suite"
+    names = {"embedded": "embedded broker (librdkafka mock cluster)", "apache": apache}
+    return "kafka peers: " + "; ".join(names[peer] for peer in selected_peers())
 
 
-@pytest.fixture(scope="session")
-def kafka() -> Iterator[KafkaUnderTest]:
-    with kafka_session() as under_test:
+@pytest.fixture(scope="session", params=selected_peers())
+def kafka(request) -> Iterator[KafkaUnderTest]:
+    with kafka_session(request.param) as under_test:
         yield under_test
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed Kafka-facing test says which peer it ran on and where that broker's log is."""
+    report = yield
+    under_test = getattr(item, "funcargs", {}).get("kafka")
+    if report.failed and isinstance(under_test, KafkaUnderTest):
+        report.sections.append(("kafka peer", under_test.describe()))
+    return report
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +40,13 @@ def _faults_end_with_the_test(request):
     """Injected errors a test left unconsumed, or a node left down, must not leak into the next test."""
     yield
     if "kafka" in request.fixturenames:
-        broker = request.getfixturevalue("kafka").embedded
-        if broker is not None:
+        under_test = request.getfixturevalue("kafka")
+        if under_test.embedded is not None:
             for api in API_KEYS:
-                broker.clear_failures(api)
-            broker.set_up(-1)
+                under_test.embedded.clear_failures(api)
+            under_test.embedded.set_up(-1)
+        if under_test.apache is not None:
+            under_test.apache.resume()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
-"""The Kafka the tests talk to: the embedded broker, or a real 4.2+ cluster.
+"""The Kafka peers the tests talk to: the embedded broker and Apache Kafka's own broker.
 
-Set ``SHAREGROUP_TEST_BOOTSTRAP=host:port`` to run the suite against a real cluster with
-share groups enabled. Tests that inject faults need the embedded broker and skip with a
-printed reason otherwise.
+Kafka-facing tests run once per peer (``SHAREGROUP_TEST_KAFKA=embedded|apache|both``,
+default both). The ``apache`` peer is a single-node KRaft broker the suite starts from the
+jars of ``jvm/pom.xml``; ``SHAREGROUP_TEST_BOOTSTRAP=host:port`` points it at an existing
+Kafka 4.2+ cluster with share groups enabled instead. Tests that need the embedded broker's
+fault hooks skip on the other peer with a printed reason.
 """
 
 from __future__ import annotations
@@ -19,25 +21,64 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from sharegroup_source.broker import EmbeddedBroker
+from sharegroup_source.testing.apache_kafka import ApacheKafka
 
 BOOTSTRAP_ENV = "SHAREGROUP_TEST_BOOTSTRAP"
+PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
+PEERS = ("embedded", "apache")
+
+
+def selected_peers() -> list[str]:
+    """The peers this run tests against, from ``SHAREGROUP_TEST_KAFKA`` (default: both)."""
+    value = os.environ.get(PEERS_ENV, "both").strip().lower()
+    if value == "both":
+        return list(PEERS)
+    if value not in PEERS:
+        raise ValueError(f"{PEERS_ENV}={value!r}: expected embedded, apache or both")
+    return [value]
 
 
 class KafkaUnderTest:
     """Topics, share-group settings and producing, the same on both kinds of cluster."""
 
-    def __init__(self, embedded: EmbeddedBroker | None, bootstrap_servers: str):
+    def __init__(self, embedded: EmbeddedBroker | None, bootstrap_servers: str, apache: ApacheKafka | None = None):
         self.embedded = embedded
+        self.apache = apache
         self.bootstrap_servers = bootstrap_servers
+        self._admin: AdminClient | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        """One admin client for the run: a dropped one cancels its pending requests."""
+        if self._admin is None:
+            self._admin = AdminClient(self.config())
+        return self._admin
 
     @property
     def is_embedded(self) -> bool:
         return self.embedded is not None
 
+    @property
+    def kind(self) -> str:
+        return "embedded" if self.embedded is not None else "apache"
+
+    def describe(self) -> str:
+        """Where to look when a test fails: the peer and, for Apache Kafka, its log file."""
+        if self.apache is not None:
+            return f"Apache Kafka at {self.bootstrap_servers} (log: {self.apache.log_path})"
+        if self.embedded is None:
+            return f"Kafka cluster at {self.bootstrap_servers} ({BOOTSTRAP_ENV})"
+        return f"embedded broker at {self.bootstrap_servers}"
+
     def require_embedded(self, why: str) -> EmbeddedBroker:
         if self.embedded is None:
-            pytest.skip(f"needs the embedded broker ({why}); {BOOTSTRAP_ENV} points at a real cluster")
+            pytest.skip(f"needs the embedded broker's fault hooks ({why}); this run is on {self.describe()}")
         return self.embedded
+
+    def require_apache(self, why: str) -> ApacheKafka:
+        if self.apache is None:
+            pytest.skip(f"needs Apache Kafka's broker and tools ({why}); this run is on {self.describe()}")
+        return self.apache
 
     def config(self, **extra: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers, **extra}
@@ -47,7 +88,7 @@ class KafkaUnderTest:
         if self.embedded is not None:
             self.embedded.create_topic(name, partitions)
         else:
-            futures = AdminClient(self.config()).create_topics([NewTopic(name, partitions, 1)])
+            futures = self.admin.create_topics([NewTopic(name, partitions, 1)])
             futures[name].result(30)
         return name
 
@@ -68,7 +109,7 @@ class KafkaUnderTest:
         else:
             entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
             resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
-            for future in AdminClient(self.config()).incremental_alter_configs([resource]).values():
+            for future in self.admin.incremental_alter_configs([resource]).values():
                 future.result(30)
         return group
 
@@ -110,20 +151,16 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
         time.sleep(interval_s)
 
 
-def kafka_under_test() -> tuple[KafkaUnderTest, EmbeddedBroker | None]:
-    servers = os.environ.get(BOOTSTRAP_ENV)
-    if servers:
-        return KafkaUnderTest(None, servers), None
-    broker = EmbeddedBroker(brokers=1).start()
-    return KafkaUnderTest(broker, broker.bootstrap_servers), broker
-
-
 @contextmanager
-def kafka_session() -> Iterator[KafkaUnderTest]:
-    """The Kafka under test for a whole run; an embedded broker is closed at the end."""
-    under_test, broker = kafka_under_test()
-    try:
-        yield under_test
-    finally:
-        if broker is not None:
-            broker.close()
+def kafka_session(peer: str = "embedded") -> Iterator[KafkaUnderTest]:
+    """One Kafka peer for a whole run, stopped at the end (no JVM is left behind)."""
+    if peer == "embedded":
+        with EmbeddedBroker(brokers=1) as broker:
+            yield KafkaUnderTest(broker, broker.bootstrap_servers)
+    elif peer != "apache":
+        raise ValueError(f"unknown Kafka peer {peer!r}: expected one of {PEERS}")
+    elif os.environ.get(BOOTSTRAP_ENV):
+        yield KafkaUnderTest(None, os.environ[BOOTSTRAP_ENV])
+    else:
+        with ApacheKafka() as apache:
+            yield KafkaUnderTest(None, apache.bootstrap_servers, apache)

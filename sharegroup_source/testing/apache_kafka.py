@@ -1,0 +1,215 @@
+"""Apache Kafka's own broker, single-node KRaft, started from the jars ``jvm/pom.xml`` pins.
+
+The embedded broker is a re-implementation of the share-group protocol; this is the real
+one, so a behaviour counts as working when it holds here. One JVM runs the broker and the
+controller on loopback, on free ports, with its data in a temporary folder and its log in
+``kafka.log`` there. Share groups are switched on the way Kafka 4.2+ wants it: the storage
+is formatted with the ``share.version=1`` feature (no broker property needed).
+
+The JVM dies with the process that started it (``setpriv --pdeathsig`` where available),
+so an interrupted test run leaves no broker behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from sharegroup_source.testing.jars import java, kafka_classpath
+
+__all__ = ["KAFKA_TOOLS", "ApacheKafka", "BrokerStartError"]
+
+#: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
+KAFKA_TOOLS = {
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+    "kafka-share-consumer-perf-test": "org.apache.kafka.tools.ShareConsumerPerformance",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+}
+
+#: Settings that differ from Kafka's defaults, and why.
+TEST_SETTINGS = {
+    # Tests use locks of a few seconds; Kafka refuses a group lock below this minimum (15 s).
+    "group.share.min.record.lock.duration.ms": "1000",
+    # One node: internal topics cannot have three replicas.
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+}
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+class BrokerStartError(RuntimeError):
+    """Apache Kafka's broker did not come up; the message names its log file."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _orphan_guard() -> list[str]:
+    """A prefix that kills the child when this process dies, however it dies (Linux)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+
+
+class ApacheKafka:
+    """A throw-away single-node Apache Kafka with share groups enabled.
+
+    >>> with ApacheKafka() as kafka:
+    ...     print(kafka.bootstrap_servers)
+    """
+
+    def __init__(self, settings: Mapping[str, str] | None = None, *, startup_timeout_s: float = 60.0,
+                 heap: str = "768m"):
+        self.settings = {**TEST_SETTINGS, **(settings or {})}
+        self.startup_timeout_s = startup_timeout_s
+        self.heap = heap
+        self.directory: Path | None = None
+        self.bootstrap_servers = ""
+        self._process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def log_path(self) -> Path:
+        if self.directory is None:
+            raise BrokerStartError("the broker was never started")
+        return self.directory / "kafka.log"
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        log4j = self.directory / "log4j2.properties" if self.directory else None
+        options = [f"-Dlog4j2.configurationFile={log4j}"] if log4j else []
+        return [java(), f"-Xmx{self.heap}", "-XX:+UseG1GC", *options, "-cp", kafka_classpath(), main_class, *args]
+
+    def _write_config(self, port: int, controller_port: int) -> Path:
+        assert self.directory is not None
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.directory / "data"),
+            **self.settings,
+        }
+        path = self.directory / "server.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+        (self.directory / "log4j2.properties").write_text(_LOG4J2)
+        return path
+
+    def start(self) -> ApacheKafka:
+        self.directory = Path(tempfile.mkdtemp(prefix="sharegroup-kafka-"))
+        port, controller_port = _free_port(), _free_port()
+        config = self._write_config(port, controller_port)
+        self._log = self.log_path.open("ab")
+        formatted = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config),
+                       "--feature", "share.version=1"),
+            stdout=self._log, stderr=subprocess.STDOUT, timeout=120, check=False,
+        )
+        if formatted.returncode != 0:
+            raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); see {self.log_path}")
+        self._process = subprocess.Popen(
+            [*_orphan_guard(), *self._java("kafka.Kafka", str(config))],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        atexit.register(self.stop)
+        self.bootstrap_servers = f"127.0.0.1:{port}"
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        while time.monotonic() < deadline:
+            if self._process is None or self._process.poll() is not None:
+                raise BrokerStartError(f"Apache Kafka exited while starting; see {self.log_path}")
+            try:
+                if admin.list_topics(timeout=1).brokers:
+                    return
+            except Exception:  # noqa: BLE001 - not up yet: any client error means "try again"
+                time.sleep(0.2)
+        self.stop()
+        raise BrokerStartError(f"Apache Kafka was not ready within {self.startup_timeout_s:.0f}s; see {self.log_path}")
+
+    def run_tool(self, tool: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run one of :data:`KAFKA_TOOLS` against this broker; output is returned, not printed."""
+        return subprocess.run(self._java(KAFKA_TOOLS[tool], *args), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+
+    def spawn_tool(self, tool: str, args: Sequence[str], **popen: object) -> subprocess.Popen:
+        """Start a long-running tool (a console share consumer); it dies with this process."""
+        return subprocess.Popen([*_orphan_guard(), *self._java(KAFKA_TOOLS[tool], *args)], **popen)
+
+    def pause(self) -> None:
+        """Freeze the broker's JVM (SIGSTOP): clients see a broker that stopped answering."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        atexit.unregister(self.stop)
+
+    def cleanup(self) -> None:
+        """Stop, then delete the data; the log stays, for reading a failure afterwards."""
+        self.stop()
+        if self.directory is not None:
+            shutil.rmtree(self.directory / "data", ignore_errors=True)
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cleanup()

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 
-.PHONY: demo test lint bench soak broker kafka jars clean
+.PHONY: demo demo-kafka test lint bench soak broker kafka jars clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -30,7 +30,11 @@ $(JARS): jvm/pom.xml
 jars: $(JARS)
 
 demo: $(STAMP)
-	$(BIN)/python -m sharegroup_source.demo
+	$(BIN)/python -m sharegroup_source.demo $(DEMO_ARGS)
+
+# the same demo on Apache Kafka's own broker, started from the jars of jvm/pom.xml
+demo-kafka: $(STAMP) $(JARS)
+	$(BIN)/python -m sharegroup_source.demo --kafka apache
 
 test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .

@@ -1,13 +1,17 @@
 """``make bench``: every figure of the source in one run, on the same records.
 
-    python -m bench [--quick] [--out-dir bench/results]
+    python -m bench [--quick] [--peers embedded,apache] [--out-dir bench/results]
 
-(a) a plain ShareConsumer loop; (b) format("sharegroup") into format("noop") and its ratio to
-(a); (c) the driver methods' cost per micro-batch and where it goes; (d) scaling over partitions
+Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
+run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
+plain confluent-kafka ShareConsumer loop, (3) Kafka's own share consumer perf tool (Java client)
+and (4) Spark's own format("kafka") into format("noop"), with every ratio to (1) and (2).
+On the first peer also: (a) the plain loop and (b) the sharegroup query over 1..8 partitions,
+(c) the driver methods' cost per micro-batch and where it goes; (d) scaling over partitions
 and maxRecordsPerPartition; (e) the state store's cost per epoch; (f) driver memory per 10,000
 records in flight. Writes ``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with
---quick) and prints a short table. Uses the embedded broker unless SHAREGROUP_TEST_BOOTSTRAP
-names a real Kafka 4.2+ cluster, like the tests.
+--quick) and prints a short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the
+"apache" peer an existing Kafka 4.2+ cluster instead of a broker the bench starts.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import date
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +33,20 @@ import deltalake
 import psutil
 import pyarrow as pa
 import pyspark
+from pyspark.sql import SparkSession
 
 from bench.baseline import plain_share_consumer
-from bench.cluster import BOOTSTRAP_ENV, bench_kafka, produce_dataset
+from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
 from bench.driver_loop import DriverJob, measure_driver
+from bench.headline import CONSUMERS, measure_rounds, summary
 from bench.measure import median_run
+from bench.perf_tool import kafka_perf_tool
 from bench.plot import plot
 from bench.report import TARGET_RATIO, limit_note, table, write_json
 from bench.sizes import Sizes
-from bench.spark_noop import source_into_noop
+from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
+from sharegroup_source.testing.jars import jar_dir
 from tests.kafka_under_test import KafkaUnderTest
 from tests.spark_session import local_spark
 
@@ -43,94 +54,156 @@ from tests.spark_session import local_spark
 DEFAULT_RECORD_LOCK_LIMIT = 2_000
 
 
+def _jar_version(profile: str, artifact: str) -> str | None:
+    """The version of ``artifact`` among the jars ``make jars`` resolved for ``profile``."""
+    for jar in jar_dir(profile).glob(f"{artifact}-*.jar"):
+        if found := re.fullmatch(rf"{re.escape(artifact)}-(\d[\w.-]*)\.jar", jar.name):
+            return found.group(1)
+    return None
+
+
 def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30),
             "python": platform.python_version(), "pyspark": pyspark.__version__,
             "confluent_kafka": confluent_kafka.__version__, "librdkafka": confluent_kafka.libversion()[0],
-            "deltalake": deltalake.__version__, "pyarrow": pa.__version__}
+            "deltalake": deltalake.__version__, "pyarrow": pa.__version__,
+            "apache_kafka": _jar_version("kafka", "kafka-clients"),
+            "spark_kafka_clients": _jar_version("spark", "kafka-clients")}
 
 
 def _say(message: str, started: float) -> None:
     print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
 
-def run(sizes: Sizes, quick: bool) -> dict[str, Any]:
+def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
+    """Every figure on the first peer, then the headline (four consumers) on every peer; one Spark session."""
     started = time.monotonic()
-    with bench_kafka() as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch_dir:
-        scratch = Path(scratch_dir)
-        topics = {p: produce_dataset(kafka, p, sizes.records, sizes.value_bytes) for p in sizes.partition_counts}
-        _say(f"produced {sizes.records:,} records into topics with {', '.join(map(str, topics))} partitions", started)
-        baseline = {}
-        for partitions, topic in topics.items():
-            runs = [plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s)
-                    for _ in range(sizes.baseline_repeats)]
-            baseline[str(partitions)] = median_run(runs)
-            _say(f"(a) plain ShareConsumer, {partitions} partition(s): "
-                 f"{baseline[str(partitions)]['runs_records_per_s']} records/s", started)
-        main_topic = topics[sizes.main_partitions]
-        driver = measure_driver(DriverJob(kafka.bootstrap_servers, main_topic, sizes.records, str(scratch / "driver"),
-                                          tuple(kafka.new_group() for _ in range(sizes.source_repeats)),
-                                          kafka.new_group(), kafka.new_group(), sizes.memory_batches,
-                                          sizes.run_timeout_s))
-        _say(f"(c, f) driver methods: {driver['timing']['records_per_s']:,} records/s, per batch p50 "
-             f"{driver['timing']['source_calls']['p50_ms']} ms", started)
-        source, per_limit = _spark_runs(kafka, topics, sizes, scratch, started)
-        state = ledger_latency(scratch / "ledger", sizes.ledger_epochs)
-        _say(f"(e) ledger write+read p50 {state['write_plus_read']['p50_ms']} ms", started)
+    headline: dict[str, Any] = {}
+    spark = local_spark()
+    try:
+        for index, peer in enumerate(peers):
+            with bench_kafka(peer) as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch_dir:
+                def say(message: str, peer: str = peer) -> None:
+                    _say(f"{peer}: {message}", started)
+
+                scratch = Path(scratch_dir)
+                if index == 0:
+                    details = _details(kafka, spark, sizes, scratch, say)
+                    main = str(sizes.main_partitions)
+                    known = {"sharegroup": details["source"][main], "plain": details["baseline"][main]}
+                    topic = details.pop("main_topic")
+                else:
+                    topic, known = produce_dataset(kafka, sizes.main_partitions, sizes.records, sizes.value_bytes), {}
+                    say(f"produced {sizes.records:,} records into a topic with {sizes.main_partitions} partitions")
+                headline[peer] = {"kind": kafka.describe(), **summary(
+                    _headline(kafka, spark, topic, sizes, scratch, known, say))}
+    finally:
+        spark.stop()
     main = str(sizes.main_partitions)
-    ratio = source[main]["throughput"]["records_per_s"] / max(baseline[main]["throughput"]["records_per_s"], 1)
-    commits = next(b for b in driver["profile"]["buckets"] if b["bucket"].startswith("Delta commits"))
-    batch_s = source[main]["batch_phases_p50_ms"].get("triggerExecution", 0) / 1000
+    ratio = details["source"][main]["throughput"]["records_per_s"] / max(
+        details["baseline"][main]["throughput"]["records_per_s"], 1)
+    commits = next(b for b in details["driver"]["profile"]["buckets"] if b["bucket"].startswith("Delta commits"))
+    batch_s = details["source"][main]["batch_phases_p50_ms"].get("triggerExecution", 0) / 1000
     return {
         "date": str(date.today()), "quick": quick, "machine": _machine(),
         "elapsed_s": round(time.monotonic() - started),
-        "kafka": {"kind": "embedded" if kafka.is_embedded else "real", "bootstrap_env": BOOTSTRAP_ENV,
+        "kafka": {"detail_peer": peers[0], "peers": peers, "bootstrap_env": BOOTSTRAP_ENV,
                   "record_lock_limit": DEFAULT_RECORD_LOCK_LIMIT},
         "dataset": {"records": sizes.records, "value_bytes": sizes.value_bytes, "key": "record number, decimal"},
         "main_partitions": sizes.main_partitions,
-        "baseline": baseline, "source": source, "max_records_per_partition": per_limit,
+        "headline": headline,
+        **details,
         "ratio": round(ratio, 3), "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO,
-        "driver": driver, "state_store": state, "delta_commits_per_epoch": commits["calls_per_epoch"],
+        "delta_commits_per_epoch": commits["calls_per_epoch"],
         "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
     }
 
 
-def _spark_runs(kafka: KafkaUnderTest, topics: dict[int, str], sizes: Sizes, scratch: Path,
-                started: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(b) and (d): one Spark session, one query per configuration, each on a fresh share group."""
-    spark = local_spark()
+def _details(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path,
+             say: Callable[[str], None]) -> dict[str, Any]:
+    """Figures (a) to (f) on one peer, as ``make bench`` always measured them."""
+    topics = {p: produce_dataset(kafka, p, sizes.records, sizes.value_bytes) for p in sizes.partition_counts}
+    say(f"produced {sizes.records:,} records into topics with {', '.join(map(str, topics))} partitions")
+    baseline = {}
+    for partitions, topic in topics.items():
+        runs = [plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s)
+                for _ in range(sizes.baseline_repeats)]
+        baseline[str(partitions)] = median_run(runs)
+        say(f"(a) plain ShareConsumer, {partitions} partition(s): "
+            f"{baseline[str(partitions)]['runs_records_per_s']} records/s")
+    main_topic = topics[sizes.main_partitions]
+    driver = measure_driver(DriverJob(kafka.bootstrap_servers, main_topic, sizes.records, str(scratch / "driver"),
+                                      tuple(kafka.new_group() for _ in range(sizes.source_repeats)),
+                                      kafka.new_group(), kafka.new_group(), sizes.memory_batches,
+                                      sizes.run_timeout_s))
+    say(f"(c, f) driver methods: {driver['timing']['records_per_s']:,} records/s, per batch p50 "
+        f"{driver['timing']['source_calls']['p50_ms']} ms")
+    source, per_limit = _spark_runs(kafka, spark, topics, sizes, scratch, say)
+    state = ledger_latency(scratch / "ledger", sizes.ledger_epochs)
+    say(f"(e) ledger write+read p50 {state['write_plus_read']['p50_ms']} ms")
+    return {"main_topic": main_topic, "baseline": baseline, "source": source,
+            "max_records_per_partition": per_limit, "driver": driver, "state_store": state}
+
+
+def _headline(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: Sizes, scratch: Path,
+              known: dict[str, dict[str, Any]], say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """The four consumers on ``topic``; those in ``known`` were measured already on this peer."""
+    runs = count()
+    limit = max(sizes.max_records_per_partition)
+    consumers = {
+        "sharegroup": lambda: source_into_noop(spark, kafka, topic, sizes.records, scratch / f"head-{next(runs)}",
+                                               sizes.run_timeout_s, maxRecordsPerPartition=limit),
+        "plain": lambda: plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s),
+        "kafka_perf_tool": lambda: kafka_perf_tool(kafka, topic, sizes.records, sizes.run_timeout_s),
+        "spark_kafka": lambda: kafka_into_noop(spark, kafka, topic, sizes.records, scratch / f"head-{next(runs)}",
+                                               sizes.run_timeout_s, sizes.main_partitions * DEFAULT_RECORD_LOCK_LIMIT),
+    }
+    measured = measure_rounds({k: v for k, v in consumers.items() if k not in known}, sizes.headline_repeats,
+                              lambda message: say(f"headline, {sizes.main_partitions} partitions: {message}"))
+    return {name: known.get(name) or measured[name] for name in CONSUMERS}
+
+
+def _spark_runs(kafka: KafkaUnderTest, spark: SparkSession, topics: dict[int, str], sizes: Sizes, scratch: Path,
+                say: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(b) and (d): one query per configuration, each on a fresh share group."""
     default_limit = max(sizes.max_records_per_partition)
-    runs = 0
+    runs = count()
 
     def one(partitions: int, limit: int) -> dict[str, Any]:
-        nonlocal runs
-        runs += 1
-        result = source_into_noop(spark, kafka, topics[partitions], sizes.records, scratch / f"spark-{runs}",
+        result = source_into_noop(spark, kafka, topics[partitions], sizes.records, scratch / f"spark-{next(runs)}",
                                   sizes.run_timeout_s, maxRecordsPerPartition=limit)
-        _say(f"(b) sharegroup -> noop, {partitions} partition(s), maxRecordsPerPartition={limit}: "
-             f"{result['throughput']['records_per_s']:,} records/s", started)
+        say(f"(b) sharegroup -> noop, {partitions} partition(s), maxRecordsPerPartition={limit}: "
+            f"{result['throughput']['records_per_s']:,} records/s")
         return result
 
-    try:
-        source = {}
-        for partitions in topics:
-            repeats = sizes.source_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
-            source[str(partitions)] = median_run([one(partitions, default_limit) for _ in range(repeats)])
-        per_limit = {str(default_limit): source[str(sizes.main_partitions)]}
-        for limit in sizes.max_records_per_partition:
-            if limit != default_limit:
-                per_limit[str(limit)] = one(sizes.main_partitions, limit)
-    finally:
-        spark.stop()
+    source = {}
+    for partitions in topics:
+        repeats = sizes.source_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
+        source[str(partitions)] = median_run([one(partitions, default_limit) for _ in range(repeats)])
+    per_limit = {str(default_limit): source[str(sizes.main_partitions)]}
+    for limit in sizes.max_records_per_partition:
+        if limit != default_limit:
+            per_limit[str(limit)] = one(sizes.main_partitions, limit)
     return source, dict(sorted(per_limit.items(), key=lambda item: int(item[0])))
+
+
+def _peers(value: str) -> list[str]:
+    peers = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in PEERS]
+    if not peers or unknown or len(set(peers)) < len(peers):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected distinct peers from {', '.join(PEERS)}")
+    return peers
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer records and configurations (about a minute)")
+    parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
+                        help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
+                             "figures (a) to (f) are measured on the first, the headline on each")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
-    figures = run(Sizes.quick() if args.quick else Sizes.full(), args.quick)
+    figures = run(Sizes.quick() if args.quick else Sizes.full(), args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
     plot(figures, args.out_dir / f"{stem}.png")

@@ -1,7 +1,8 @@
 """The Kafka and the records every figure is measured on.
 
-Same rule as the tests: the embedded broker, unless ``SHAREGROUP_TEST_BOOTSTRAP`` names a real
-Kafka 4.2+ cluster with share groups enabled. Records are produced once per topic, before any
+The same peers as the tests: the embedded broker, and Apache Kafka's own single-node broker,
+started for the run from the jars of ``jvm/pom.xml`` (or, with ``SHAREGROUP_TEST_BOOTSTRAP``, an
+existing Kafka 4.2+ cluster with share groups enabled). Records are produced once per topic, before any
 share consumer starts: on the embedded broker a closing client connection drops every share
 session on its node, so a producer must not come and go while a measured consumer is running.
 Each measurement then reads the same topic through a fresh share group (earliest offset).
@@ -9,12 +10,12 @@ Each measurement then reads the same topic through a fresh share group (earliest
 
 from __future__ import annotations
 
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session
+from tests.kafka_under_test import BOOTSTRAP_ENV, PEERS, KafkaUnderTest, kafka_session
 
-__all__ = ["BOOTSTRAP_ENV", "bench_kafka", "produce_dataset", "record_value"]
+__all__ = ["BOOTSTRAP_ENV", "PEERS", "bench_kafka", "produce_dataset", "record_value"]
 
 
-bench_kafka = kafka_session  # the same Kafka the tests use: embedded, or SHAREGROUP_TEST_BOOTSTRAP
+bench_kafka = kafka_session  # bench_kafka("embedded" | "apache"): one peer, stopped at the end
 
 
 def record_value(number: int, value_bytes: int) -> bytes:

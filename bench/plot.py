@@ -1,6 +1,7 @@
-"""The bench's figure: one PNG with the four views a reader needs to judge the source.
+"""The bench's figure: one PNG with the views a reader needs to judge the source.
 
-Throughput against the plain consumer (with the 0.8 target), scaling over partitions and over
+The headline (four consumers on every Kafka peer, with their ratios to the plain loop and to
+sharegroup), throughput against the plain consumer (with the 0.8 target), scaling over partitions and over
 maxRecordsPerPartition, and where one micro-batch's time goes. Drawn on an Agg canvas without
 pyplot, so no display and no global backend state are involved.
 """
@@ -14,6 +15,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bench.headline import CONSUMERS
 from bench.report import TARGET_RATIO
 
 __all__ = ["plot"]
@@ -25,12 +27,16 @@ def _rate(run: dict[str, Any]) -> float:
 
 def plot(figures: dict[str, Any], path: Path) -> None:
     main = str(figures["main_partitions"])
-    fig = Figure(figsize=(13, 9))
+    fig = Figure(figsize=(13, 14))
     FigureCanvasAgg(fig)
-    ((top_left, top_right), (bottom_left, bottom_right)) = fig.subplots(2, 2)
-    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: {figures['kafka']['kind']} Kafka, "
+    axes = fig.subplot_mosaic([["headline", "headline"], ["top_left", "top_right"],
+                               ["bottom_left", "bottom_right"]], height_ratios=[1.15, 1, 1])
+    top_left, top_right = axes["top_left"], axes["top_right"]
+    bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
+    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: "
                  f"{figures['dataset']['records']:,} records of {figures['dataset']['value_bytes']} B, "
-                 f"{figures['machine']['cpus']} cores")
+                 f"{figures['machine']['cpus']} cores; (a) to (d) on the {figures['kafka']['detail_peer']} peer")
+    _headline(axes["headline"], figures)
 
     plain = _rate(figures["baseline"][main])
     labels = ["plain ShareConsumer", "driver methods\n(no Spark)", "sharegroup -> noop"]
@@ -73,6 +79,30 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def _headline(axes: Any, figures: dict[str, Any]) -> None:
+    """Grouped bars: one group per peer, one bar per consumer, labelled with its ratios."""
+    peers = figures["headline"]
+    colors = ["#3182bd", "#777777", "#e6550d", "#31a354"]
+    width = 0.8 / len(CONSUMERS)
+    top = max((rate or 0 for peer in peers.values() for rate in peer["records_per_s"].values()), default=0) or 1
+    for index, ((name, label), color) in enumerate(zip(CONSUMERS.items(), colors, strict=True)):
+        for group, peer in enumerate(peers.values()):
+            x = group + (index - (len(CONSUMERS) - 1) / 2) * width
+            rate = peer["records_per_s"][name]
+            axes.bar(x, rate or 0, width, color=color, label=label if group == 0 else None)
+            to_plain, to_sharegroup = peer["ratio_to_plain"][name], peer["ratio_to_sharegroup"][name]
+            text = ("n/a" if rate is None else
+                    f"{rate:,}" + (f"\n{to_plain:.2f}x plain" if to_plain is not None and name != "plain" else "")
+                    + (f"\n{to_sharegroup:.2f}x sg" if to_sharegroup is not None and name != "sharegroup" else ""))
+            axes.text(x, (rate or 0) + top * 0.01, text, ha="center", va="bottom", fontsize=7.5)
+    axes.set_xticks(range(len(peers)), [f"{peer} Kafka" for peer in peers])
+    axes.set_ylim(0, top * 1.3)
+    axes.set_ylabel("records/s, steady state")
+    axes.set_title(f"headline: four consumers of the same {figures['main_partitions']}-partition topic "
+                   f"(n/a: could not run on that peer)")
+    axes.legend(fontsize=8, loc="upper left")
 
 
 def _stacked(axes: Any, label: str, parts: dict[str, float], colors: list[Any]) -> None:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.headline import CONSUMERS
+
 __all__ = ["TARGET_RATIO", "limit_note", "table", "write_json"]
 
 #: format("sharegroup") -> noop must reach this share of the plain ShareConsumer's records/s.
@@ -36,6 +38,42 @@ def _rate(run: dict[str, Any]) -> str:
     return f"{throughput['records_per_s']:>9,}{mark}"
 
 
+_CELL = (12, 8, 6)  # records/s, ratio to the plain loop, ratio to sharegroup
+
+
+def _cell(*values: str) -> str:
+    return "".join(f"{value:>{width}}" for value, width in zip(values, _CELL, strict=True))
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def headline_table(figures: dict[str, Any]) -> list[str]:
+    """The four consumers on every peer: records/s, and the ratio to the plain loop and to sharegroup."""
+    peers = figures["headline"]
+    width = sum(_CELL)
+    lines = [f"headline: the same {figures['dataset']['records']:,} records in {figures['main_partitions']} "
+             f"partitions, steady-state records/s and ratios",
+             f"{'':<46}" + "".join(f"{peer + ' Kafka':>{width}}" for peer in peers),
+             f"{'consumer':<46}" + _cell("records/s", "/plain", "/sg") * len(peers)]
+    for name, label in CONSUMERS.items():
+        cells = [f"{'n/a':>{width}}" if peer["records_per_s"][name] is None else
+                 _cell(f"{peer['records_per_s'][name]:,}", _ratio(peer["ratio_to_plain"][name]),
+                       _ratio(peer["ratio_to_sharegroup"][name])) for peer in peers.values()]
+        lines.append(f"{label:<46}" + "".join(cells))
+    batch_ms = [[run.get("batch_phases_p50_ms", {}).get("triggerExecution") for run in (
+        peer["runs"]["sharegroup"], peer["runs"]["spark_kafka"])] for peer in peers.values()]
+    lines.append(f"{'Spark batch p50 ms, sharegroup / format(kafka)':<46}" + "".join(
+        f"{' / '.join('-' if ms is None else f'{ms:,.0f}' for ms in pair):>{width}}" for pair in batch_ms))
+    own = [peer["runs"]["kafka_perf_tool"].get("tool_records_per_s") for peer in peers.values()]
+    lines.append(f"{'Kafka perf tool own nMsg.sec (incl. joining)':<46}" + "".join(
+        f"{'-' if rate is None else f'{rate:,}':>{width}}" for rate in own))
+    lines += [f"n/a on {peer}: {CONSUMERS[name]}: {error}"
+              for peer, summary in peers.items() for name, error in summary["errors"].items()]
+    return lines
+
+
 def table(figures: dict[str, Any]) -> str:
     main = str(figures["main_partitions"])
     baseline, source = figures["baseline"][main], figures["source"][main]
@@ -44,10 +82,12 @@ def table(figures: dict[str, Any]) -> str:
     verdict = "met" if figures["target_met"] else "NOT met"
     lines = [
         f"sharegroup bench {figures['date']} ({'quick' if figures['quick'] else 'full'}), "
-        f"{figures['kafka']['kind']} Kafka, {figures['dataset']['records']:,} records of "
-        f"{figures['dataset']['value_bytes']} B, {figures['machine']['cpus']} cores",
+        f"{figures['dataset']['records']:,} records of {figures['dataset']['value_bytes']} B, "
+        f"{figures['machine']['cpus']} cores, {figures['elapsed_s']} s",
         "",
-        f"{'figure':<58}{'value':>22}",
+        *headline_table(figures),
+        "",
+        f"{'figure, on the ' + figures['kafka']['detail_peer'] + ' peer':<58}{'value':>22}",
         f"{'(a) plain ShareConsumer, ' + main + ' partitions, records/s':<58}{_rate(baseline):>22}",
         f"{'(b) format(sharegroup) -> noop, steady state, records/s':<58}{_rate(source):>22}",
         f"{'    ratio (b)/(a), target ' + str(TARGET_RATIO):<58}{figures['ratio']:>15.2f} {verdict:>6}",

@@ -1,4 +1,5 @@
-"""Figures (b) and (d): ``format("sharegroup")`` into ``format("noop")``, at steady state.
+"""Spark queries into ``format("noop")`` at steady state: ``format("sharegroup")`` (figures (b) and
+(d)) and, for comparison, Spark's own ``format("kafka")`` over the same topic.
 
 The noop sink reads every row and writes nothing, so the figure is the source plus Spark's
 micro-batch machinery. Steady state starts with the second micro-batch; its rate is the records
@@ -18,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from bench.measure import Throughput
 from tests.kafka_under_test import KafkaUnderTest
 
-__all__ = ["RUNNER_MARK", "source_into_noop"]
+__all__ = ["RUNNER_MARK", "kafka_into_noop", "source_into_noop"]
 
 #: How the driver-side Python worker of a Python streaming source shows up in a command line.
 RUNNER_MARK = "python_streaming_source_runner"
@@ -60,17 +61,44 @@ def _at(progress: dict[str, Any]) -> float:
 
 def source_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, records: int, work: Path,
                      timeout_s: float, **options: Any) -> dict[str, Any]:
-    """Run the query until it read ``records`` rows; returns its steady-state figures."""
-    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+    """``format("sharegroup")`` until it read ``records`` rows; returns its steady-state figures."""
     frame = (spark.readStream.format("sharegroup")
              .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("kafka.group.id", kafka.new_group())
              .option("subscribe", topic).option("stateLocation", str(work / "state"))
              .options(**{k: str(v) for k, v in options.items()}).load())
     memory = _RunnerMemory()
     memory.start()
+    try:
+        batches = _into_noop(frame, records, work, timeout_s, processingTime="0 seconds")
+    finally:
+        memory.stop()
+    return {**_steady(batches, records), "options": {k: str(v) for k, v in options.items()},
+            "runner_rss_peak_mb": round(memory.peak_rss / 2**20, 1)}
+
+
+def kafka_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, records: int, work: Path,
+                    timeout_s: float, max_offsets_per_trigger: int) -> dict[str, Any]:
+    """Spark's own ``format("kafka")`` over the same topic from the earliest offsets, AvailableNow.
+
+    ``maxOffsetsPerTrigger`` splits the topic into micro-batches of the size the sharegroup query
+    gets (the lock limit times the partitions), so both queries pay Spark's per-batch cost as often.
+    """
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+               "startingOffsets": "earliest", "maxOffsetsPerTrigger": str(max_offsets_per_trigger),
+               # a broker its Java client cannot talk to fails the query in seconds, not after a minute
+               "kafka.request.timeout.ms": "10000", "kafka.default.api.timeout.ms": "10000",
+               "fetchOffset.numRetries": "1"}
+    frame = spark.readStream.format("kafka").options(**options).load()
+    batches = _into_noop(frame, records, work, timeout_s, availableNow=True)
+    return {**_steady(batches, records), "options": options}
+
+
+def _into_noop(frame: DataFrame, records: int, work: Path, timeout_s: float, **trigger: Any) -> list[dict[str, Any]]:
+    """Run ``frame`` into noop until it read ``records`` rows or ended; the progress of batches with rows."""
+    frame.sparkSession.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
     started = time.monotonic()
     query = (frame.writeStream.format("noop").option("checkpointLocation", str(work / "checkpoint"))
-             .trigger(processingTime="0 seconds").start())
+             .trigger(**trigger).start())
     try:
         while sum(p["numInputRows"] for p in query.recentProgress) < records:
             if time.monotonic() - started > timeout_s or not query.isActive:
@@ -78,10 +106,13 @@ def source_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, rec
             time.sleep(0.1)
     finally:
         query.stop()
-        memory.stop()
     if query.exception() is not None:
         raise RuntimeError(f"the bench query failed: {query.exception()}")
-    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+def _steady(batches: list[dict[str, Any]], records: int) -> dict[str, Any]:
+    """Throughput over batches 2..n (the first pays for starting), and where a batch's time goes."""
     read = sum(p["numInputRows"] for p in batches)
     steady = batches[1:] if len(batches) > 2 else batches
     seconds = (_at(steady[-1]) + steady[-1]["durationMs"]["triggerExecution"] / 1000 - _at(steady[0])
@@ -90,9 +121,7 @@ def source_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, rec
         if steady else {}
     return {
         "throughput": Throughput(sum(p["numInputRows"] for p in steady), seconds, complete=read >= records).as_dict(),
-        "options": {k: str(v) for k, v in options.items()},
         "batches": len(batches), "records_read": read,
         "records_per_batch_p50": statistics.median(p["numInputRows"] for p in steady) if steady else 0,
         "batch_phases_p50_ms": phases,
-        "runner_rss_peak_mb": round(memory.peak_rss / 2**20, 1),
     }

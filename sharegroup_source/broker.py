@@ -238,6 +238,12 @@ class EmbeddedBroker:
     def set_session_timeout(self, ms: int) -> None:
         self._set("session_timeout", ms)
 
+    def set_auto_offset_reset(self, reset: str) -> None:
+        """Cluster-wide here (Apache Kafka sets ``share.auto.offset.reset`` per group)."""
+        if reset not in _OFFSET_RESET:
+            raise BrokerError(f"auto_offset_reset must be 'earliest' or 'latest', got {reset!r}")
+        self._set("auto_offset_reset", _OFFSET_RESET[reset])
+
     def _set(self, name: str, value: int) -> None:
         self._settings[name] = value
         getattr(self._lib, f"rd_kafka_mock_sharegroup_set_{name}")(self._running(), int(value))

@@ -1,8 +1,9 @@
-"""``sharegroup`` command line: run the embedded share-group broker in the foreground.
+"""``sharegroup`` command line: run a local share-group broker in the foreground.
 
-    sharegroup broker --topic orders:4 --lock-ms 30000
+    sharegroup broker --topic orders:4 --lock-ms 30000     # the embedded broker (no JVM)
+    sharegroup kafka --topic orders:4                       # Apache Kafka's own broker (make jars)
 
-prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
+Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import threading
 from collections.abc import Sequence
 
 from sharegroup_source.broker import BrokerError, EmbeddedBroker
+from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, create_topic, set_group_configs
+from sharegroup_source.testing.jars import JarsMissing
 
 __all__ = ["main"]
 
@@ -44,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
     broker.add_argument("--port", type=int, default=None,
                         help="also accept bootstrap connections on this loopback port")
+    kafka = commands.add_parser("kafka", help="run Apache Kafka's own broker (single-node KRaft, share groups on)")
+    kafka.add_argument("--topic", action="append", type=_topic_spec, default=[], metavar="NAME[:PARTITIONS]",
+                       help="create a topic (repeatable)")
+    kafka.add_argument("--group", action="append", default=[], metavar="GROUP",
+                       help="set share.auto.offset.reset=earliest for this share group (repeatable)")
     return parser
 
 
@@ -81,9 +89,7 @@ def _forward(listener: socket.socket, target: tuple[str, int]) -> None:
 
 def _run_broker(args: argparse.Namespace) -> int:
     listener = _bind(args.port) if args.port is not None else None
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stop_on_signal()
     with EmbeddedBroker(args.brokers, auto_offset_reset=args.auto_offset_reset,
                         lock_duration_ms=args.lock_ms, delivery_attempt_limit=args.delivery_limit) as broker:
         for name, partitions in args.topic:
@@ -103,11 +109,36 @@ def _run_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_signal() -> threading.Event:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _run_kafka(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    stop = _stop_on_signal()
+    with ApacheKafka() as kafka:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log.connection.close": False})
+        for name, partitions in args.topic:
+            create_topic(admin, name, partitions)
+        for group in args.group:
+            set_group_configs(admin, group, {"share.auto.offset.reset": "earliest"})
+        topics = " ".join(f"{name}:{count}" for name, count in args.topic) or "(none)"
+        print(f"bootstrap.servers={kafka.bootstrap_servers}", flush=True)
+        print(f"ready: Apache Kafka, topics {topics}; log {kafka.log_path}; Ctrl-C or SIGTERM stops", flush=True)
+        stop.wait()
+    print("stopped", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run_broker(args)
-    except BrokerError as error:
+        return _run_kafka(args) if args.command == "kafka" else _run_broker(args)
+    except (BrokerError, BrokerStartError, JarsMissing) as error:
         print(f"sharegroup: error: {error}", file=sys.stderr)
         return 2
 

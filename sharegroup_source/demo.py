@@ -1,12 +1,16 @@
 """``make demo``: the main job on a laptop.
 
-An embedded share-group broker, a producer of sample orders, and a Spark query reading
+A share-group broker, a producer of sample orders, and a Spark query reading
 ``format("sharegroup")`` into a Delta table. One line per micro-batch, then a summary read
 from the state tables. Finishes by itself in about two minutes.
+
+    python -m sharegroup_source.demo                  # the embedded broker: fast, no JVM broker
+    python -m sharegroup_source.demo --kafka apache   # Apache Kafka's own broker (needs `make jars`)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -15,6 +19,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -23,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sharegroup_source.broker import EmbeddedBroker
 from sharegroup_source.sinks import DeltaBatchWriter
+from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
@@ -67,16 +74,38 @@ def progress(state: Path) -> dict:
     return StateStore(str(state)).progress.totals(GROUP)
 
 
-def main() -> None:
+@contextmanager
+def share_group_broker(kind: str) -> Iterator[str]:
+    """The demo's broker with its topic and share group made; yields the bootstrap servers."""
+    if kind == "embedded":
+        with EmbeddedBroker(lock_duration_ms=30_000) as broker:
+            broker.create_topic(TOPIC, PARTITIONS)
+            print(f"embedded broker {broker.bootstrap_servers}")
+            yield broker.bootstrap_servers
+        return
+    from confluent_kafka.admin import AdminClient
+
+    with ApacheKafka() as kafka:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        create_topic(admin, TOPIC, PARTITIONS)
+        set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
+        print(f"Apache Kafka {kafka.bootstrap_servers} (log {kafka.log_path})")
+        yield kafka.bootstrap_servers
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sharegroup_source.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
+                        help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="sharegroup-demo-"))
     state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
     produced = threading.Event()
-    with EmbeddedBroker(lock_duration_ms=30_000) as broker:
-        broker.create_topic(TOPIC, PARTITIONS)
-        print(f"embedded broker {broker.bootstrap_servers}; topic {TOPIC}:{PARTITIONS}; output in {work}")
+    with share_group_broker(args.kafka) as servers:
+        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP}; output in {work}")
         spark = spark_session()
         orders = (spark.readStream.format("sharegroup")
-                  .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+                  .option("kafka.bootstrap.servers", servers)
                   .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
                   .option("stateLocation", str(state)).option("maxRecordsPerTrigger", 2_000)
                   .load())
@@ -97,7 +126,7 @@ def main() -> None:
 
         query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="2 seconds").start())
-        threading.Thread(target=produce_orders, args=(broker.bootstrap_servers, produced), daemon=True).start()
+        threading.Thread(target=produce_orders, args=(servers, produced), daemon=True).start()
         started = time.monotonic()
         while time.monotonic() - started < RUN_LIMIT_SECONDS and query.isActive:
             if produced.is_set() and progress(state).get("accepted", 0) >= ORDERS:

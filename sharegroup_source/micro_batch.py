@@ -17,6 +17,7 @@ import pyarrow as pa
 from confluent_kafka import Message
 
 from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.backlog import Backlog
 from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.handover import await_previous_member
 from sharegroup_source.metadata import log_end_offsets
@@ -69,6 +70,7 @@ class MicroBatchDriver:
         self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                                    metadata_timeout_s=30)
         self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
+        self._backlog = Backlog(options.lock_duration_ms)
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
@@ -97,10 +99,10 @@ class MicroBatchDriver:
                     f"stateLocation={self._options.state_location} already settled epoch {next_epoch}, which "
                     f"this checkpoint has not started: each checkpoint needs its own stateLocation")
             return {"epoch": next_epoch}  # ledgered by an earlier run before Spark logged it: same epoch again
-        fresh = self._acquire(max_records)
+        fresh, acquired_at_ms = self._acquire(max_records)
         if not fresh:
             return dict(start)
-        entry = self._ledger_entry(next_epoch, fresh)
+        entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
         self.store.ledger.write_epoch(entry)
         self._held[next_epoch] = entry
         # headers are kept even when not emitted: a rejected record's dead letter needs them
@@ -161,6 +163,7 @@ class MicroBatchDriver:
 
     def stop(self) -> None:
         try:
+            self._acks.send(_releases(self._backlog.give_back()))
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()
             self._payload.clear()
@@ -179,30 +182,37 @@ class MicroBatchDriver:
             self.store.progress.append(self._query_id, self._run_id, snapshot, left=left)
             self._published = snapshot
 
-    def _acquire(self, max_records: int | None) -> list[Message]:
-        """Poll until fresh records arrive or the queue stays idle long enough.
+    def _acquire(self, max_records: int | None) -> tuple[list[Message], int]:
+        """The next epoch's records and when they were acquired: from the backlog, or polled.
 
-        Redeliveries are settled on the spot and do not end the wait. Under
-        Trigger.AvailableNow an empty answer ends the run, and a new member's first polls
-        return nothing until its assignment arrives, so emptiness must last a while.
+        Poll until fresh records arrive or the queue stays idle long enough. Redeliveries are
+        settled on the spot and do not end the wait. Under Trigger.AvailableNow an empty
+        answer ends the run, and a new member's first polls return nothing until its
+        assignment arrives, so emptiness must last a while.
         """
+        if self._backlog:
+            if self._backlog.fresh():
+                return self._backlog.take(max_records), self._backlog.acquired_at_ms
+            self._acks.send(_releases(self._backlog.give_back()))
         poll_s = self._options.poll_timeout_ms / 1000
         idle_until = time.monotonic() + (AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s)
         while True:
             remaining = idle_until - time.monotonic()
-            fresh = self._admit(self._client.poll(max(min(poll_s, remaining), 0.01)), max_records)
+            acquired_at_ms = int(time.time() * 1000)
+            fresh = self._admit(self._client.poll(max(min(poll_s, remaining), 0.01)), max_records, acquired_at_ms)
             if fresh or time.monotonic() >= idle_until:
-                return fresh
+                return fresh, acquired_at_ms
 
-    def _admit(self, records: Sequence[Message], max_records: int | None) -> list[Message]:
-        """Split a poll into fresh records and records settled on the spot.
+    def _admit(self, records: Sequence[Message], max_records: int | None, acquired_at_ms: int) -> list[Message]:
+        """Split a poll into fresh records, the backlog, and records settled on the spot.
 
         A redelivery of a record this query emitted gets the outcome decided for it then (ACCEPT
         unless recorded otherwise); one that was RELEASEd on purpose is emitted again. Records
-        past ``maxDeliveries`` are rejected; records past the read limit or the AvailableNow
-        target are given back.
+        past ``maxDeliveries`` are rejected; records past the AvailableNow target are given
+        back; records past the read limit wait in the backlog for the next epochs.
         """
         fresh: list[Message] = []
+        surplus: list[Message] = []
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
         for record in records:
@@ -217,14 +227,18 @@ class MicroBatchDriver:
             elif self._options.max_deliveries and (record.delivery_count() or 1) > self._options.max_deliveries:
                 immediate.append(Ack(*key, AckType.REJECT))
                 rejected[key] = MAX_DELIVERIES_REASON
-            elif (max_records is not None and len(fresh) >= max_records) or self._beyond_target(key):
+            elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
+            elif max_records is not None and len(fresh) >= max_records:
+                surplus.append(record)
             else:
                 fresh.append(record)
         if rejected:
             dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
             self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)
         self._acks.send(immediate)
+        if surplus:
+            self._backlog.keep(surplus, acquired_at_ms)
         return fresh
 
     def _decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
@@ -237,7 +251,7 @@ class MicroBatchDriver:
             return False
         return key[2] >= self._available_now.get(key[:2], 0)
 
-    def _ledger_entry(self, epoch: int, records: Sequence[Message]) -> LedgerEntry:
+    def _ledger_entry(self, epoch: int, records: Sequence[Message], acquired_at_ms: int) -> LedgerEntry:
         by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for r in records:
             by_partition.setdefault((r.topic(), r.partition()), []).append((r.offset(), r.delivery_count() or 1))
@@ -248,9 +262,8 @@ class MicroBatchDriver:
             present = set(offsets)
             gaps = tuple(o for o in range(offsets[0], offsets[-1] + 1) if o not in present)
             ranges.append(OffsetRange(topic, partition, offsets[0], offsets[-1], gaps, tuple(c for _, c in pairs)))
-        now_ms = int(time.time() * 1000)
-        return LedgerEntry(self._query_id, epoch, tuple(ranges), self._run_id, now_ms,
-                           now_ms + self._options.lock_duration_ms, "ACQUIRED")
+        return LedgerEntry(self._query_id, epoch, tuple(ranges), self._run_id, acquired_at_ms,
+                           acquired_at_ms + self._options.lock_duration_ms, "ACQUIRED")
 
     def _payload_partitions(self, epoch: int, table: pa.Table) -> list[PayloadPartition]:
         table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
@@ -269,3 +282,7 @@ class MicroBatchDriver:
                                              counts[at:at + size], self._options.include_headers,
                                              self._options.fail_on_data_loss, self._options.client_config))
         return parts
+
+
+def _releases(records: Sequence[Message]) -> list[Ack]:
+    return [Ack(r.topic(), r.partition(), r.offset(), AckType.RELEASE) for r in records]

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.broker import EmbeddedBroker
-from sharegroup_source.testing.apache_kafka import ApacheKafka
+from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 
 BOOTSTRAP_ENV = "SHAREGROUP_TEST_BOOTSTRAP"
 PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
@@ -75,6 +75,27 @@ class KafkaUnderTest:
             pytest.skip(f"needs the embedded broker's fault hooks ({why}); this run is on {self.describe()}")
         return self.embedded
 
+    def require_outages(self) -> None:
+        """Skip (with the reason) on a cluster the suite did not start and so cannot take down."""
+        if self.apache is None:
+            self.require_embedded("takes the broker down")
+
+    def broker_down(self) -> None:
+        """Stage a broker outage: the embedded node refuses connections; Apache Kafka's JVM is
+        frozen (SIGSTOP), so open connections hang as they do behind a dead host."""
+        self.require_outages()
+        if self.apache is not None:
+            self.apache.pause()
+        else:
+            self.embedded.set_down()
+
+    def broker_up(self) -> None:
+        self.require_outages()
+        if self.apache is not None:
+            self.apache.resume()
+        else:
+            self.embedded.set_up()
+
     def require_apache(self, why: str) -> ApacheKafka:
         if self.apache is None:
             pytest.skip(f"needs Apache Kafka's broker and tools ({why}); this run is on {self.describe()}")
@@ -88,8 +109,7 @@ class KafkaUnderTest:
         if self.embedded is not None:
             self.embedded.create_topic(name, partitions)
         else:
-            futures = self.admin.create_topics([NewTopic(name, partitions, 1)])
-            futures[name].result(30)
+            create_topic(self.admin, name, partitions)
         return name
 
     def new_group(self, *, lock_duration_ms: int | None = None, delivery_attempt_limit: int | None = None) -> str:
@@ -107,10 +127,7 @@ class KafkaUnderTest:
             self.embedded.set_lock_duration(lock_duration_ms or 15_000)
             self.embedded.set_delivery_attempt_limit(delivery_attempt_limit or 5)
         else:
-            entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
-            resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
-            for future in self.admin.incremental_alter_configs([resource]).values():
-                future.result(30)
+            set_group_configs(self.admin, group, settings)
         return group
 
     def produce(self, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:

@@ -8,15 +8,21 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from sharegroup_source.testing.jars import spark_jars
+
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 def local_spark() -> SparkSession:
+    """``local[2]`` with Delta and Spark's Kafka source loaded by path from ``make jars``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return (
         SparkSession.builder.master("local[2]")
         .appName("sharegroup-tests")
+        .config("spark.jars", spark_jars())
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.stopTimeout", "60s")

@@ -7,10 +7,12 @@ import time
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.metadata import ClusterError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.share_client import Ack, AckType, ShareClient
+from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 
 
@@ -175,18 +177,18 @@ def test_range_reader_returns_exactly_the_asked_offsets_across_gaps(kafka: Kafka
 
 
 def test_range_reader_waits_for_a_node_that_comes_back(kafka: KafkaUnderTest):
-    broker = kafka.require_embedded("takes the broker down")
+    kafka.require_outages()
     topic = kafka.new_topic(1)
     kafka.produce_numbered(topic, 50, 1)
     results: list = []
     with OffsetRangeReader(kafka.config(), timeout_s=30) as reader:
         reader.read(topic, 0, [0])  # connected and warm, as an executor's reader is mid-query
-        broker.set_down()
+        kafka.broker_down()
         replay = threading.Thread(target=lambda: results.append(reader.read(topic, 0, range(10, 20))))
         replay.start()
         replay.join(timeout=2)
         assert replay.is_alive(), "a replay must wait for the node, not fail"
-        broker.set_up()
+        kafka.broker_up()
         replay.join(timeout=30)
     assert results, "the replay did not finish once the node was back"
     assert sorted(m.offset() for m in results[0].records) == list(range(10, 20)) and results[0].missing == []
@@ -205,9 +207,19 @@ def test_unreachable_bootstrap_fails_within_the_timeout():
 
 
 def test_a_broker_without_share_groups_is_named(kafka: KafkaUnderTest):
+    if kafka.apache is not None:
+        # Kafka's own answer: a second broker whose storage was formatted with share.version=0
+        with ApacheKafka(share_groups=False) as plain:
+            create_topic(AdminClient({"bootstrap.servers": plain.bootstrap_servers}), "t", 1)
+            _assert_share_groups_refused({"bootstrap.servers": plain.bootstrap_servers}, "t", "g")
+        return
     broker = kafka.require_embedded("simulating a broker without the share-group APIs")
     topic = kafka.new_topic(1)
     broker.fail_next("ShareGroupHeartbeat", ["UNSUPPORTED_VERSION"] * 5)
-    with (ShareClient(kafka.config(**{"group.id": kafka.new_group()}), [topic]) as client,
+    _assert_share_groups_refused(kafka.config(), topic, kafka.new_group())
+
+
+def _assert_share_groups_refused(config: dict, topic: str, group: str) -> None:
+    with (ShareClient({**config, "group.id": group}, [topic]) as client,
           pytest.raises(ClusterError, match=r"does not support share groups .*coordinator=delta")):
         wait_for(lambda: client.poll(0.5), 10, "the heartbeat error")

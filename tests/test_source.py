@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 from pyspark.errors import PySparkException
 from pyspark.errors.exceptions.captured import StreamingQueryException
 
@@ -216,6 +217,30 @@ def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_pa
     assert _drain_fresh_member(setup) == []
 
 
+def test_locks_that_expire_before_the_ack_keep_the_sink_exactly_once(spark, kafka, tmp_path):
+    """The real broker's own way to fail an acknowledgement: the first batch outlives its locks."""
+    setup = _setup(kafka, tmp_path, partitions=2, lock_duration_ms=2000)
+    produced = kafka.produce_numbered(setup.topic, 600, 2)
+
+    def slow_first_batch(_frame, batch_id: int) -> None:
+        if batch_id == 0:
+            time.sleep(3)  # the slow batch is the behaviour under test: its 2 s locks expire
+
+    query = setup.batch_sink(spark, slow_first_batch, available_now=False, maxRecordsPerTrigger=200)
+    try:
+        def settled() -> bool:
+            progress = setup.progress()
+            return (len(setup.sink_rows(spark)) >= 600 and progress.get("ack_failures", 0) > 0
+                    and progress["redeliveries_deduped"] > 0 and setup.every_epoch_settled())
+
+        wait_for(settled, 240, "all records in the sink, the expired locks' records redelivered and deduplicated",
+                 interval_s=1)
+    finally:
+        query.stop()
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert _drain_fresh_member(setup) == []
+
+
 @pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation"])
 def test_each_required_option_is_named_when_missing(spark, kafka, tmp_path, missing):
     setup = _setup(kafka, tmp_path, partitions=1)
@@ -267,14 +292,29 @@ def test_format_resolves_without_registration_and_keeps_bytes(spark, kafka, tmp_
     assert all(r.timestamp is not None for r in rows)
 
 
+def _push_first_records_out_of_the_log(kafka: KafkaUnderTest, topic: str) -> list[bytes]:
+    """Make offsets 0-4 of partition 0 leave the log; returns the values the log then holds.
+
+    Apache Kafka deletes them on request (DeleteRecords); the embedded broker keeps at most
+    5 MiB per partition, so seven 900 kB records push them out.
+    """
+    if kafka.apache is None:
+        kafka.require_embedded("trimming the log (the embedded broker keeps 5 MiB per partition)")
+        kafka.produce(topic, [(0, None, b"x" * 900_000) for _ in range(7)])
+        return [b"x" * 900_000] * 5
+    kafka.admin.delete_records([TopicPartition(topic, 0, 5)])[TopicPartition(topic, 0, 5)].result(30)
+    later = [f"after-{i}".encode() for i in range(3)]
+    kafka.produce(topic, [(0, None, value) for value in later])
+    return later
+
+
 def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_path):
-    kafka.require_embedded("trimming the log (the embedded broker keeps 5 MiB per partition)")
     setup = _setup(kafka, tmp_path, partitions=1)
     kafka.produce(setup.topic, [(0, None, f"small-{i}".encode()) for i in range(5)])
     setup.batch_sink(spark).awaitTermination(120)
     (setup.checkpoint / "commits" / "0").unlink()  # batch 0 (epoch 1) must be replayed by offset
     (setup.checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
-    kafka.produce(setup.topic, [(0, None, b"x" * 900_000) for _ in range(7)])  # pushes offsets 0-6 out
+    in_log = _push_first_records_out_of_the_log(kafka, setup.topic)
 
     failing = setup.batch_sink(spark)
     with pytest.raises(StreamingQueryException,
@@ -285,7 +325,7 @@ def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_
     tolerant.awaitTermination(120)
     assert tolerant.exception() is None
     # the replayed batch is rewritten without the lost records; the query goes on with what the log holds
-    assert sorted(v for _, v, _ in setup.sink_rows(spark)) == [b"x" * 900_000] * 5
+    assert sorted(v for _, v, _ in setup.sink_rows(spark)) == sorted(in_log)
 
 
 def test_lock_headroom_is_reported_when_a_batch_is_slow(spark, kafka, tmp_path):

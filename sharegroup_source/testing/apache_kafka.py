@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from sharegroup_source.testing.jars import java, kafka_classpath
 
-__all__ = ["KAFKA_TOOLS", "ApacheKafka", "BrokerStartError"]
+__all__ = ["KAFKA_TOOLS", "ApacheKafka", "BrokerStartError", "create_topic", "set_group_configs"]
 
 #: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
 KAFKA_TOOLS = {
@@ -67,8 +67,38 @@ logger.request.level = WARN
 """
 
 
+#: Kafka's tools print their results on stdout: their own logging goes to stderr, warnings only.
+_TOOLS_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
+
+
 class BrokerStartError(RuntimeError):
     """Apache Kafka's broker did not come up; the message names its log file."""
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 30.0) -> None:
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout_s)
+
+
+def set_group_configs(admin: AdminClient, group: str, settings: Mapping[str, str], timeout_s: float = 30.0) -> None:
+    """Set share-group configs (``share.auto.offset.reset``, ``share.record.lock.duration.ms``...).
+
+    On Kafka these are per group (IncrementalAlterConfigs on the GROUP resource), so no
+    cluster-wide default has to change for one group to start at the earliest offset.
+    """
+    entries = [ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)
+               for key, value in settings.items()]
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout_s)
 
 
 def _free_port() -> int:
@@ -78,7 +108,11 @@ def _free_port() -> int:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random Kafka Uuid string; like Kafka's own, never one starting with '-' (a CLI option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _orphan_guard() -> list[str]:
@@ -88,15 +122,16 @@ def _orphan_guard() -> list[str]:
 
 
 class ApacheKafka:
-    """A throw-away single-node Apache Kafka with share groups enabled.
+    """A throw-away single-node Apache Kafka, with share groups enabled unless told otherwise.
 
     >>> with ApacheKafka() as kafka:
     ...     print(kafka.bootstrap_servers)
     """
 
     def __init__(self, settings: Mapping[str, str] | None = None, *, startup_timeout_s: float = 60.0,
-                 heap: str = "768m"):
+                 heap: str = "768m", share_groups: bool = True):
         self.settings = {**TEST_SETTINGS, **(settings or {})}
+        self.share_groups = share_groups
         self.startup_timeout_s = startup_timeout_s
         self.heap = heap
         self.directory: Path | None = None
@@ -110,8 +145,8 @@ class ApacheKafka:
             raise BrokerStartError("the broker was never started")
         return self.directory / "kafka.log"
 
-    def _java(self, main_class: str, *args: str) -> list[str]:
-        log4j = self.directory / "log4j2.properties" if self.directory else None
+    def _java(self, main_class: str, *args: str, log_config: str = "log4j2.properties") -> list[str]:
+        log4j = self.directory / log_config if self.directory else None
         options = [f"-Dlog4j2.configurationFile={log4j}"] if log4j else []
         return [java(), f"-Xmx{self.heap}", "-XX:+UseG1GC", *options, "-cp", kafka_classpath(), main_class, *args]
 
@@ -132,6 +167,7 @@ class ApacheKafka:
         path = self.directory / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J2)
+        (self.directory / "tools-log4j2.properties").write_text(_TOOLS_LOG4J2)
         return path
 
     def start(self) -> ApacheKafka:
@@ -141,11 +177,12 @@ class ApacheKafka:
         self._log = self.log_path.open("ab")
         formatted = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config),
-                       "--feature", "share.version=1"),
+                       "--feature", f"share.version={int(self.share_groups)}"),
             stdout=self._log, stderr=subprocess.STDOUT, timeout=120, check=False,
         )
         if formatted.returncode != 0:
-            raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); see {self.log_path}")
+            raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); "
+                                   f"see {self.log_path}")
         self._process = subprocess.Popen(
             [*_orphan_guard(), *self._java("kafka.Kafka", str(config))],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -164,19 +201,20 @@ class ApacheKafka:
             try:
                 if admin.list_topics(timeout=1).brokers:
                     return
-            except Exception:  # noqa: BLE001 - not up yet: any client error means "try again"
+            except Exception:  # not up yet: any client error means "try again"
                 time.sleep(0.2)
         self.stop()
         raise BrokerStartError(f"Apache Kafka was not ready within {self.startup_timeout_s:.0f}s; see {self.log_path}")
 
     def run_tool(self, tool: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run one of :data:`KAFKA_TOOLS` against this broker; output is returned, not printed."""
-        return subprocess.run(self._java(KAFKA_TOOLS[tool], *args), capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        return subprocess.run(self._java(KAFKA_TOOLS[tool], *args, log_config="tools-log4j2.properties"),
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
 
     def spawn_tool(self, tool: str, args: Sequence[str], **popen: object) -> subprocess.Popen:
         """Start a long-running tool (a console share consumer); it dies with this process."""
-        return subprocess.Popen([*_orphan_guard(), *self._java(KAFKA_TOOLS[tool], *args)], **popen)
+        command = self._java(KAFKA_TOOLS[tool], *args, log_config="tools-log4j2.properties")
+        return subprocess.Popen([*_orphan_guard(), *command], **popen)
 
     def pause(self) -> None:
         """Freeze the broker's JVM (SIGSTOP): clients see a broker that stopped answering."""

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["JarsMissing", "java", "jar_dir", "kafka_classpath", "spark_jars"]
+__all__ = ["JarsMissing", "jar_dir", "java", "kafka_classpath", "spark_jars"]
 
 #: Overrides the folder that holds ``kafka/`` and ``spark/`` (default: the repo's jvm/target).
 JARS_ENV = "SHAREGROUP_JARS"

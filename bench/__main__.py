@@ -197,7 +197,7 @@ def _peers(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records and configurations (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="fewer records and configurations (2 to 3 minutes)")
     parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
                              "figures (a) to (f) are measured on the first, the headline on each")

@@ -132,7 +132,7 @@ class KafkaUnderTest:
 
     def produce(self, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
         """Produce (partition, key, value) records and wait for every delivery."""
-        producer = Producer(self.config(**{"linger.ms": 5}))
+        producer = Producer(self.config(**{"linger.ms": 5, "log.connection.close": False}))
         failures: list[str] = []
 
         def delivered(error, _message) -> None:

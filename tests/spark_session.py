@@ -25,6 +25,7 @@ def local_spark() -> SparkSession:
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={CONF / 'log4j2.properties'}")
         .getOrCreate()

@@ -14,8 +14,7 @@ setup(
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
     install_requires=[
-        # 4.2.0 exactly: the newest Spark that Delta (delta-spark 4.4.0, jars in jvm/pom.xml) supports.
-        "pyspark==4.2.0",
+        "pyspark>=4.2,<5",
         "confluent-kafka>=2.16,<3",
         "deltalake>=1.6,<2",
         "pyarrow>=15,<30",
@@ -32,6 +31,10 @@ setup(
             "ipykernel>=6.29,<8",
             "matplotlib>=3.8,<4",
             "psutil>=5.9,<8",
+            # The Spark the suite runs: 4.2.0, the newest one Delta ships jars for (delta-spark_4.2_2.13
+            # 4.4.0 in jvm/pom.xml; delta-spark 4.4 on PyPI caps pyspark at 4.2.0).
+            "pyspark==4.2.0",
+            "delta-spark==4.4.0",
         ],
         "delta-spark": ["delta-spark==4.4.0"],
     },

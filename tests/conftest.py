@@ -58,3 +58,20 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def delta_spark(spark):
+    """The test session, failing (not skipping) when Delta's Spark classes are not loaded.
+
+    ``spark.jars`` reaches Spark's own class loader, not the JVM's system one, so the class is
+    looked up the way Spark's data source lookup does: through the thread's context loader.
+    """
+    delta_source = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+    try:
+        spark._jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(delta_source)
+    except Exception as exc:  # py4j wraps ClassNotFoundException
+        pytest.fail(f"delta-spark is not on this SparkSession's classpath ({delta_source}: "
+                    f"{str(exc).splitlines()[0]}); spark.jars={spark.conf.get('spark.jars', '<unset>')}. "
+                    "The test session loads it from jvm/target/spark: run `make jars`", pytrace=False)
+    return spark

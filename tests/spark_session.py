@@ -23,6 +23,8 @@ def local_spark() -> SparkSession:
         .config("spark.jars", spark_jars())
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        # Delta rebuilds a table's state with 50 tasks by default: seconds per read on two cores
+        .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

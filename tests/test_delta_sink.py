@@ -8,7 +8,6 @@ the query in between. The sink is compared with what was produced, record by rec
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,30 +23,6 @@ pytestmark = pytest.mark.spark
 PARTITIONS = 3
 PER_RUN = 300  # records produced before each run
 PER_TRIGGER = 100  # several epochs per run
-
-DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-#: Delta rebuilds a table's state with this many tasks (default 50, seconds per read on 2 cores)
-SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
-
-
-@pytest.fixture
-def delta_spark(spark: SparkSession) -> Iterator[SparkSession]:
-    """The test session, failing (not skipping) without Delta's Spark classes; small Delta snapshots."""
-    try:
-        spark._jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(DELTA_SOURCE_CLASS)
-    except Exception as exc:  # py4j wraps ClassNotFoundException
-        pytest.fail(f"delta-spark is not on this SparkSession's classpath ({DELTA_SOURCE_CLASS}: "
-                    f"{str(exc).splitlines()[0]}); spark.jars={spark.conf.get('spark.jars', '<unset>')}. "
-                    "The test session loads it from jvm/target/spark: run `make jars`", pytrace=False)
-    before = spark.conf.get(SNAPSHOT_PARTITIONS, None)
-    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
-    try:
-        yield spark
-    finally:
-        if before is None:
-            spark.conf.unset(SNAPSHOT_PARTITIONS)
-        else:
-            spark.conf.set(SNAPSHOT_PARTITIONS, before)
 
 
 def _numbered(first: int, count: int) -> set[tuple[int, bytes, bytes]]:

@@ -7,7 +7,6 @@ test setup (``make jars``, loaded by ``tests/spark_session.py``): without them t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,8 +20,6 @@ from state_store.progress import COUNTERS
 
 pytestmark = pytest.mark.spark
 
-DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 
 DEAD_LETTERS = [
     {"key": b"k-2", "value": b"not json", "headers": [("h", b"1"), ("trace", b"\x00\xff")], "topic": "t",
@@ -30,32 +27,6 @@ DEAD_LETTERS = [
     {"key": None, "value": b"\x00\x01binary", "headers": [], "topic": "t", "partition": 1, "offset": 7,
      "delivery_count": 6, "reason": "max deliveries exceeded", "time": 0},
 ]
-
-
-@pytest.fixture
-def delta_spark(spark: SparkSession) -> Iterator[SparkSession]:
-    """The test session, failing (not skipping) when Delta's Spark classes are not loaded.
-
-    ``spark.jars`` reaches Spark's own class loader, not the JVM's system one, so the class is
-    looked up the way Spark's data source lookup does: through the thread's context loader.
-    Delta rebuilds a table's state with 50 tasks by default, seconds per read on two cores: 2 here.
-    """
-    try:
-        spark._jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(DELTA_SOURCE_CLASS)
-    except Exception as exc:  # py4j wraps ClassNotFoundException
-        jars = spark.conf.get("spark.jars", "<unset>")
-        pytest.fail(f"delta-spark is not on this SparkSession's classpath ({DELTA_SOURCE_CLASS}: "
-                    f"{str(exc).splitlines()[0]}); spark.jars={jars}. The test session loads it from "
-                    "jvm/target/spark: run `make jars` (mvn resolves jvm/pom.xml)", pytrace=False)
-    before = spark.conf.get(SNAPSHOT_PARTITIONS, None)
-    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
-    try:
-        yield spark
-    finally:
-        if before is None:
-            spark.conf.unset(SNAPSHOT_PARTITIONS)
-        else:
-            spark.conf.set(SNAPSHOT_PARTITIONS, before)
 
 
 def _spark_reads(spark: SparkSession, table: StateTable) -> list[dict[str, Any]]:

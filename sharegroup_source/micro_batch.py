@@ -37,6 +37,11 @@ MAX_DELIVERIES_REASON = "max deliveries exceeded"
 MAINTAIN_EVERY_EPOCHS = 200
 #: How long an AvailableNow run keeps polling an empty queue before it ends.
 AVAILABLE_NOW_IDLE_S = 5.0
+#: How long a run's first acquisition waits for records. Apache Kafka hands a new member its
+#: partitions with its second heartbeat (about 5 s after it subscribes, at the default 5 s
+#: interval); answering "nothing" before that would give Spark an empty first batch, and end
+#: an AvailableNow run before it read anything. Two heartbeats and some.
+FIRST_ACQUISITION_WAIT_S = 12.0
 
 
 class StateMismatchError(RuntimeError):
@@ -71,6 +76,7 @@ class MicroBatchDriver:
                                    metadata_timeout_s=30)
         self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
         self._backlog = Backlog(options.lock_duration_ms)
+        self._assigned = False  # true once the member surely has its partitions: after its first acquisition
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
@@ -195,12 +201,14 @@ class MicroBatchDriver:
                 return self._backlog.take(max_records), self._backlog.acquired_at_ms
             self._acks.send(_releases(self._backlog.give_back()))
         poll_s = self._options.poll_timeout_ms / 1000
-        idle_until = time.monotonic() + (AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s)
+        idle_s = AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s
+        idle_until = time.monotonic() + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
         while True:
             remaining = idle_until - time.monotonic()
             acquired_at_ms = int(time.time() * 1000)
             fresh = self._admit(self._client.poll(max(min(poll_s, remaining), 0.01)), max_records, acquired_at_ms)
             if fresh or time.monotonic() >= idle_until:
+                self._assigned = True
                 return fresh, acquired_at_ms
 
     def _admit(self, records: Sequence[Message], max_records: int | None, acquired_at_ms: int) -> list[Message]:

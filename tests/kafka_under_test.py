@@ -46,6 +46,7 @@ class KafkaUnderTest:
         self.apache = apache
         self.bootstrap_servers = bootstrap_servers
         self._admin: AdminClient | None = None
+        self._producer: Producer | None = None
 
     @property
     def admin(self) -> AdminClient:
@@ -130,9 +131,18 @@ class KafkaUnderTest:
             set_group_configs(self.admin, group, settings)
         return group
 
+    @property
+    def producer(self) -> Producer:
+        """One producer for the run: on the embedded broker a client connection that closes
+        drops every share session on the node, so a producer per call (closed whenever the
+        garbage collector gets to it) would fail some later test's acknowledgements."""
+        if self._producer is None:
+            self._producer = Producer(self.config(**{"linger.ms": 5, "log.connection.close": False}))
+        return self._producer
+
     def produce(self, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:
         """Produce (partition, key, value) records and wait for every delivery."""
-        producer = Producer(self.config(**{"linger.ms": 5, "log.connection.close": False}))
+        producer = self.producer
         failures: list[str] = []
 
         def delivered(error, _message) -> None:
@@ -156,15 +166,17 @@ class KafkaUnderTest:
         return {(partition, value) for partition, _, value in records}
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05,
+             state: Callable[[], Any] | None = None) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` (and ``state()``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            seen = f"; last seen: {state()}" if state is not None else ""
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{seen}")
         time.sleep(interval_s)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,35 @@ class StreamSetup:
         progress = StateStore(str(self.state)).progress
         wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave")
 
+    def leftovers_for_a_fresh_member(self, timeout_s: float = 60.0) -> list[tuple[int, bytes, int]]:
+        """What a new member of the group still gets, as (partition, value, delivery count).
+
+        Once the query's member left, a marker record is produced to every partition; the new
+        member polls (accepting everything) until it has every marker. A share-partition hands
+        out records from its lowest available offset, so by then it has also had every earlier
+        record still waiting in the group: what it got besides the markers is what was left.
+        """
+        from sharegroup_source.share_client import Ack, ShareClient
+
+        self.wait_until_member_left()
+        marker = f"marker-{uuid.uuid4().hex}".encode()
+        got: list[tuple[int, bytes, int]] = []
+        with ShareClient(self.kafka.config(**{"group.id": self.group}), [self.topic]) as client:
+            partitions = client.partitions[self.topic]
+            self.kafka.produce(self.topic, [(p, None, marker) for p in range(partitions)])
+
+            def every_marker_arrived() -> bool:
+                records = client.poll(0.5)
+                got.extend((r.partition(), r.value(), r.delivery_count()) for r in records)
+                client.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
+                if records:
+                    client.commit()
+                return sum(value == marker for _, value, _ in got) == partitions
+
+            wait_for(every_marker_arrived, timeout_s, f"a marker on each of {partitions} partitions", interval_s=0,
+                     state=lambda: f"{len(got)} records got: {got[:5]}")
+        return [record for record in got if record[1] != marker]
+
     def every_epoch_settled(self) -> bool:
         """No epoch is held: a stop now releases nothing back to the group.
 
@@ -115,6 +145,11 @@ class StreamSetup:
         test that stops the query once its sink is complete must also wait for this.
         """
         return all(entry.status not in UNSETTLED for entry in self.ledger_entries())
+
+    def describe(self, spark: SparkSession) -> str:
+        """What a failing wait reports: rows in the sink, the counters, each epoch's status."""
+        epochs = [(e.epoch, e.status, e.record_count) for e in self.ledger_entries()]
+        return f"{len(self.sink_rows(spark))} rows in the sink, counters {self.progress()}, epochs {epochs}"
 
     def ledger_entries(self) -> list:
         from state_store import StateStore

@@ -26,19 +26,9 @@ def _setup(kafka: KafkaUnderTest, tmp_path: Path, partitions: int = 3, **group_s
     return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(**group_settings), tmp_path)
 
 
-def _drain_fresh_member(setup: StreamSetup, seconds: float = 3.0) -> list:
+def _drain_fresh_member(setup: StreamSetup) -> list:
     """What a new member of the group can still get: nothing, once everything was accepted."""
-    setup.wait_until_member_left()
-    got = []
-    with ShareClient(setup.kafka.config(**{"group.id": setup.group}), [setup.topic]) as client:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            records = client.poll(0.5)
-            got += [(r.partition(), r.value(), r.delivery_count()) for r in records]
-            client.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
-            if records:
-                client.commit()
-    return got
+    return setup.leftovers_for_a_fresh_member()
 
 
 def _assert_exactly_once(rows, produced) -> None:
@@ -135,6 +125,26 @@ def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
     assert {(0, v) for v in got} == produced
     assert {got[v] for v in seen_in_failed_batch} == {2}, "the failed batch was released, not accepted"
     assert {e.epoch: e.status for e in setup.ledger_entries()} == {1: "RELEASED"}
+
+
+def test_the_first_batch_waits_for_the_members_assignment(spark, kafka, tmp_path):
+    """Apache Kafka gives a new member its partitions about 5 s after it joins: a first poll that
+    gave up before then made Spark run an empty batch 0 (and an AvailableNow run end empty)."""
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 200, 2)
+    batch_sizes: dict[int, int] = {}
+
+    def count(frame, batch_id: int) -> None:
+        batch_sizes[batch_id] = frame.count()
+
+    query = setup.batch_sink(spark, count, available_now=False)
+    try:
+        wait_for(lambda: len(setup.sink_rows(spark)) >= 200 and setup.every_epoch_settled(), 120,
+                 "every record in the sink", state=lambda: f"batch sizes {batch_sizes}; {setup.describe(spark)}")
+    finally:
+        query.stop()
+    assert batch_sizes[0] > 0, f"batch 0 was empty: {batch_sizes}"
+    _assert_exactly_once(setup.sink_rows(spark), produced)
 
 
 def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
@@ -234,7 +244,7 @@ def test_locks_that_expire_before_the_ack_keep_the_sink_exactly_once(spark, kafk
                     and progress["redeliveries_deduped"] > 0 and setup.every_epoch_settled())
 
         wait_for(settled, 240, "all records in the sink, the expired locks' records redelivered and deduplicated",
-                 interval_s=1)
+                 interval_s=1, state=lambda: setup.describe(spark))
     finally:
         query.stop()
     _assert_exactly_once(setup.sink_rows(spark), produced)
@@ -271,9 +281,7 @@ def test_format_resolves_without_registration_and_keeps_bytes(spark, kafka, tmp_
     setup = _setup(kafka, tmp_path, partitions=1)
     headers = [("trace", b"\x00\xff"), ("empty", b""), ("none", None)]
     records = [(0, None, b"no key"), (0, b"\x00\x01binary", b""), (0, b"k", None)]
-    from confluent_kafka import Producer
-
-    producer = Producer(kafka.config())
+    producer = kafka.producer
     for partition, key, value in records:
         producer.produce(setup.topic, key=key, value=value, partition=partition, headers=headers)
     producer.flush(30)

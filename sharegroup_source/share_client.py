@@ -8,6 +8,7 @@ until every record of its previous poll is acknowledged: one poll is one epoch.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +22,9 @@ from sharegroup_source.redaction import redact
 __all__ = ["Ack", "AckResult", "AckType", "ShareClient"]
 
 log = logging.getLogger(__name__)
+
+#: Longest a stop waits for the share consumer to leave the group.
+CLOSE_TIMEOUT_S = 30.0
 
 
 class AckType(str, Enum):
@@ -127,8 +131,20 @@ class ShareClient:
             for tp, error in sorted((results or {}).items(), key=lambda item: (item[0].topic, item[0].partition))
         ]
 
-    def close(self) -> None:
-        self._consumer.close()
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Leave the group, waiting at most ``timeout_s``.
+
+        librdkafka's share consumer has been seen to block in close for good when it is closed
+        right after it subscribed (Apache Kafka 4.3, a loaded machine): a stop must not hang the
+        driver, so the close runs aside and is given up on; the broker then drops the member at
+        its session timeout and lets its locks expire.
+        """
+        closing = threading.Thread(target=self._consumer.close, name="share-consumer-close", daemon=True)
+        closing.start()
+        closing.join(timeout_s)
+        if closing.is_alive():
+            log.warning("the share consumer did not close within %.0fs; the broker will drop the member at "
+                        "its session timeout", timeout_s)
 
     def __enter__(self) -> ShareClient:
         return self

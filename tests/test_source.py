@@ -127,26 +127,6 @@ def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
     assert {e.epoch: e.status for e in setup.ledger_entries()} == {1: "RELEASED"}
 
 
-def test_the_first_batch_waits_for_the_members_assignment(spark, kafka, tmp_path):
-    """Apache Kafka gives a new member its partitions about 5 s after it joins: a first poll that
-    gave up before then made Spark run an empty batch 0 (and an AvailableNow run end empty)."""
-    setup = _setup(kafka, tmp_path, partitions=2)
-    produced = kafka.produce_numbered(setup.topic, 200, 2)
-    batch_sizes: dict[int, int] = {}
-
-    def count(frame, batch_id: int) -> None:
-        batch_sizes[batch_id] = frame.count()
-
-    query = setup.batch_sink(spark, count, available_now=False)
-    try:
-        wait_for(lambda: len(setup.sink_rows(spark)) >= 200 and setup.every_epoch_settled(), 120,
-                 "every record in the sink", state=lambda: f"batch sizes {batch_sizes}; {setup.describe(spark)}")
-    finally:
-        query.stop()
-    assert batch_sizes[0] > 0, f"batch 0 was empty: {batch_sizes}"
-    _assert_exactly_once(setup.sink_rows(spark), produced)
-
-
 def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=4)
     independent: dict[bytes, int] = {}

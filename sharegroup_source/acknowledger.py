@@ -89,12 +89,20 @@ class Acknowledger:
             self.send(acks)
 
     def send(self, acks: list[Ack]) -> set[tuple[str, int]]:
-        """Stage and commit ``acks``; returns the share-partitions whose acknowledgement failed."""
+        """Stage and commit ``acks``; returns the share-partitions whose acknowledgement failed.
+
+        A partition the commit has no result for failed too: nothing says the broker applied
+        its acknowledgements, and counting it ACKED would let a redelivery pass as new.
+        """
         if not acks:
             return set()
         self._client.acknowledge(acks)
         results: list[AckResult] = self._client.commit()
         failed = {(r.topic, r.partition) for r in results if not r.ok}
+        missing = {(a.topic, a.partition) for a in acks} - {(r.topic, r.partition) for r in results}
+        for topic, partition in sorted(missing):
+            results.append(AckResult(topic, partition, "no result in the commit's answer"))
+        failed |= missing
         by_type = Counter(a.type for a in acks if (a.topic, a.partition) not in failed)
         self._counters.accepted += by_type[AckType.ACCEPT]
         self._counters.released += by_type[AckType.RELEASE]

@@ -53,7 +53,8 @@ class MicroBatchDriver:
         self._options = options
         self._query_id = options.group_id
         self._run_id = uuid.uuid4().hex
-        self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location)
+        self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
+                                storage_options=dict(options.storage_options))
         self.counters = SourceCounters()
         # the previous run's stop writes its releases: read the ledger only once it has left
         await_previous_member(self.store.progress, self._query_id)

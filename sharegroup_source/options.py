@@ -45,6 +45,8 @@ class SourceOptions:
     poll_timeout_ms: int = 1_000
     lock_duration_ms: int = 30_000
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: delta-rs storage options for stateLocation and deadLetterLocation (``stateStorage.*``)
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:

@@ -50,9 +50,8 @@ class SoakSettings:
 def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: SoakSettings) -> SoakReport:
     rng = random.Random(settings.seed)
     topic = kafka.new_topic(settings.partitions, prefix="soak")
-    group = kafka.new_group(lock_duration_ms=settings.lock_ms, delivery_attempt_limit=settings.max_delivery_attempts)
-    if kafka.embedded is not None:
-        kafka.embedded.set_session_timeout(settings.session_timeout_ms)
+    group = kafka.new_group(lock_duration_ms=settings.lock_ms, delivery_attempt_limit=settings.max_delivery_attempts,
+                            session_timeout_ms=settings.session_timeout_ms)
     sink = BatchSink(work / "sink")
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group, "subscribe": topic,
                "stateLocation": str(work / "state"), "maxRecordsPerTrigger": "1000",

@@ -113,10 +113,12 @@ class KafkaUnderTest:
             create_topic(self.admin, name, partitions)
         return name
 
-    def new_group(self, *, lock_duration_ms: int | None = None, delivery_attempt_limit: int | None = None) -> str:
+    def new_group(self, *, lock_duration_ms: int | None = None, delivery_attempt_limit: int | None = None,
+                  session_timeout_ms: int | None = None) -> str:
         """A fresh share group reading from the earliest offset, with the given settings.
 
-        The embedded broker's settings are cluster-wide, a real broker's are per group.
+        The embedded broker's settings are cluster-wide (a caller that sets the session timeout
+        restores it), a real broker's are per group.
         """
         group = f"g-{uuid.uuid4().hex[:8]}"
         settings = {"share.auto.offset.reset": "earliest"}
@@ -124,7 +126,11 @@ class KafkaUnderTest:
             settings["share.record.lock.duration.ms"] = str(lock_duration_ms)
         if delivery_attempt_limit is not None:
             settings["share.delivery.count.limit"] = str(delivery_attempt_limit)
+        if session_timeout_ms is not None:
+            settings["share.session.timeout.ms"] = str(session_timeout_ms)
         if self.embedded is not None:
+            if session_timeout_ms is not None:
+                self.embedded.set_session_timeout(session_timeout_ms)
             self.embedded.set_lock_duration(lock_duration_ms or 15_000)
             self.embedded.set_delivery_attempt_limit(delivery_attempt_limit or 5)
         else:

@@ -42,6 +42,13 @@ KAFKA_TOOLS = {
 TEST_SETTINGS = {
     # Tests use locks of a few seconds; Kafka refuses a group lock below this minimum (15 s).
     "group.share.min.record.lock.duration.ms": "1000",
+    # A member learns its assignment from a heartbeat: at Kafka's 5 s interval every query start
+    # waits about 5 s for its partitions. Tests start hundreds of queries; production keeps 5 s.
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "1000",
+    # Lets a test give a group a session timeout under Kafka's 45 s minimum, so a SIGKILLed
+    # member's partitions come back within the test's time (the soak uses 12 s).
+    "group.share.min.session.timeout.ms": "3000",
     # One node: internal topics cannot have three replicas.
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",

@@ -1,0 +1,40 @@
+"""The acknowledger's reading of a commit's answer, against a real state store.
+
+The broker's answer is given by a stand-in for the share consumer: an answer that leaves a
+partition out cannot be provoked on demand from either broker.
+"""
+
+from __future__ import annotations
+
+from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.progress import SourceCounters
+from sharegroup_source.share_client import Ack, AckResult
+from state_store import LedgerEntry, OffsetRange, StateStore
+
+
+class _Answering:
+    """Takes acknowledgements and answers the commit for the partitions it is told to."""
+
+    def __init__(self, answered: set[tuple[str, int]]):
+        self.answered = answered
+        self.staged: list[Ack] = []
+
+    def acknowledge(self, acks: list[Ack]) -> None:
+        self.staged += acks
+
+    def commit(self) -> list[AckResult]:
+        return [AckResult(t, p, None) for t, p in sorted({(a.topic, a.partition) for a in self.staged})
+                if (t, p) in self.answered]
+
+
+def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
+    store = StateStore(str(tmp_path / "state"))
+    entry = LedgerEntry("q", 1, (OffsetRange("t", 0, 0, 9), OffsetRange("t", 1, 0, 4)), "run", 0, 30_000, "EMITTED")
+    store.ledger.write_epoch(entry)
+    counters = SourceCounters()
+    client = _Answering(answered={("t", 0)})
+    statuses = Acknowledger(client, store, "q", counters, 30_000).settle([entry], {})
+    assert len(client.staged) == 15
+    assert statuses == {1: "ACK_FAILED"}
+    assert store.ledger.get("q", 1).status == "ACK_FAILED"
+    assert (counters.accepted, counters.ack_failures) == (10, 5)

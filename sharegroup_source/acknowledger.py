@@ -63,7 +63,11 @@ class Acknowledger:
         return statuses
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
-        """Keep the rows of ``records`` (output schema, with headers) that ``reasons`` names."""
+        """Keep the rows of ``records`` (output schema, with headers) that ``reasons`` names, under this group.
+
+        The group id is part of the dead letter's key: queries sharing a ``deadLetterLocation``
+        each keep their row for a record both rejected.
+        """
         keys = list(zip(records.column("topic").to_pylist(), records.column("partition").to_pylist(),
                         records.column("offset").to_pylist(), strict=True))
         rows = records.filter(pa.array([key in reasons for key in keys]))
@@ -76,6 +80,7 @@ class Acknowledger:
             "delivery_count": rows.column("deliveryCount"),
             "reason": [reasons[key] for key in keys if key in reasons],
             "time": pa.array([now_ms] * rows.num_rows, pa.int64()),
+            "group_id": pa.array([self._query_id] * rows.num_rows, pa.string()),
         }))
         self._counters.dead_lettered += rows.num_rows
 

@@ -4,11 +4,15 @@ One instance lives in the driver's Python worker for a query run. Spark calls
 ``latestOffset(N)`` before ``commit(N)`` (and ``commit(N)`` only when it builds batch N+1),
 and an explicit-mode share consumer cannot poll until its last poll is acknowledged:
 so every committed epoch is settled first thing in ``latest_offset``, and again,
-idempotently, in ``commit``.
+idempotently, in ``commit``. With ``checkpointLocation`` a watcher settles each epoch as
+soon as Spark's commit log has it, whatever the trigger, and ``stop`` settles what Spark
+committed before it releases the rest.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -18,6 +22,7 @@ from confluent_kafka import Message
 
 from sharegroup_source.acknowledger import Acknowledger
 from sharegroup_source.backlog import Backlog
+from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.handover import await_previous_member
 from sharegroup_source.metadata import log_end_offsets
@@ -29,6 +34,8 @@ from sharegroup_source.share_client import Ack, AckType, ShareClient
 from state_store import LedgerEntry, OffsetRange, StateStore
 
 __all__ = ["MicroBatchDriver", "StateMismatchError"]
+
+log = logging.getLogger(__name__)
 
 UNSETTLED = ("ACQUIRED", "EMITTED")
 SETTLED = ("ACKED", "ACK_FAILED")
@@ -71,6 +78,9 @@ class MicroBatchDriver:
         self._released: dict[int, LedgerEntry] = {
             e.epoch: e for e in self.store.ledger.entries(self._query_id, statuses=("RELEASED",))}
         self._available_now: dict[tuple[str, int], int] | None = None
+        # an AvailableNow run saw a record past its target: polling again would re-acquire the
+        # records it gave back, spending a delivery attempt each time, so the run ends instead
+        self._past_target = False
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
         self._published: dict[str, int] = {}
         self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
@@ -78,11 +88,19 @@ class MicroBatchDriver:
         self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
         self._backlog = Backlog(options.lock_duration_ms)
         self._assigned = False  # true once the member surely has its partitions: after its first acquisition
+        # Spark's calls and the commit watcher share the member: one at a time
+        self._lock = threading.RLock()
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
             self._client.close()
             raise
+        self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
+        self._watcher = CommitWatcher(self._commit_log, self.commit) if self._commit_log else None
+        if self._watcher is None:
+            log.info("group %s: an epoch is acknowledged when Spark builds the next batch; set the source option "
+                     "checkpointLocation to the query's checkpoint to acknowledge as soon as Spark commits",
+                     options.group_id)
 
     # -- Spark's calls ---------------------------------------------------------------
     def initial_offset(self) -> dict:
@@ -90,10 +108,11 @@ class MicroBatchDriver:
         return {"epoch": 0}
 
     def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
-        try:
-            return self._latest_offset(start, max_records)
-        finally:
-            self._publish_counters()
+        with self._lock:
+            try:
+                return self._latest_offset(start, max_records)
+            finally:
+                self._publish_counters()
 
     def _latest_offset(self, start: Mapping, max_records: int | None) -> dict:
         start_epoch = int(start["epoch"])
@@ -103,7 +122,7 @@ class MicroBatchDriver:
         if ledgered is not None:
             if ledgered.status in SETTLED:
                 raise StateMismatchError(
-                    f"stateLocation={self._options.state_location} already settled epoch {next_epoch}, which "
+                    f"stateLocation={self._options.state_location_shown} already settled epoch {next_epoch}, which "
                     f"this checkpoint has not started: each checkpoint needs its own stateLocation")
             return {"epoch": next_epoch}  # ledgered by an earlier run before Spark logged it: same epoch again
         fresh, acquired_at_ms = self._acquire(max_records)
@@ -120,6 +139,10 @@ class MicroBatchDriver:
         return {"epoch": next_epoch}
 
     def plan(self, start: Mapping, end: Mapping) -> list:
+        with self._lock:
+            return self._plan(start, end)
+
+    def _plan(self, start: Mapping, end: Mapping) -> list:
         partitions: list = []
         emitted = []
         for epoch in range(int(start["epoch"]) + 1, int(end["epoch"]) + 1):
@@ -131,7 +154,7 @@ class MicroBatchDriver:
             if entry is None:
                 raise RuntimeError(
                     f"epoch {epoch} is in Spark's checkpoint but not in the ledger at stateLocation="
-                    f"{self._options.state_location}: was the state location changed or deleted?")
+                    f"{self._options.state_location_shown}: was the state location changed or deleted?")
             partitions += self._replay_partitions(entry)
             self._released.pop(epoch, None)
             if entry.status == "RELEASED":
@@ -144,10 +167,12 @@ class MicroBatchDriver:
         return partitions
 
     def commit(self, epoch: int) -> None:
-        try:
-            self.settle_through(epoch)
-        finally:
-            self._publish_counters()
+        """Settle through ``epoch``: called by Spark at the next trigger, and by the commit watcher."""
+        with self._lock:
+            try:
+                self.settle_through(epoch)
+            finally:
+                self._publish_counters()
 
     def settle_through(self, epoch: int) -> None:
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
@@ -169,7 +194,16 @@ class MicroBatchDriver:
             self.counters.ack_failures += sum(e.record_count for e in foreign)
 
     def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
         try:
+            committed = self._commit_log.committed_epoch() if self._commit_log else None
+            if committed is not None:  # Spark committed it and will not call commit for it again
+                self.settle_through(committed)
             self._acks.send(_releases(self._backlog.give_back()))
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()
@@ -180,7 +214,7 @@ class MicroBatchDriver:
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""
-        self._available_now = log_end_offsets(self._options.client_config, self._client.partitions)
+        self._available_now = log_end_offsets(self._options.replay_config, self._client.partitions)
 
     # -- helpers -----------------------------------------------------------------------
     def _publish_counters(self, left: bool = False) -> None:
@@ -195,12 +229,16 @@ class MicroBatchDriver:
         Poll until fresh records arrive or the queue stays idle long enough. Redeliveries are
         settled on the spot and do not end the wait. Under Trigger.AvailableNow an empty
         answer ends the run, and a new member's first polls return nothing until its
-        assignment arrives, so emptiness must last a while.
+        assignment arrives, so emptiness must last a while; but once a poll brought records
+        past the run's target, the run ends without polling again (each poll would acquire
+        them anew, and the broker archives a record at its delivery-count limit).
         """
         if self._backlog:
             if self._backlog.fresh():
                 return self._backlog.take(max_records), self._backlog.acquired_at_ms
             self._acks.send(_releases(self._backlog.give_back()))
+        if self._past_target:
+            return [], int(time.time() * 1000)
         poll_s = self._options.poll_timeout_ms / 1000
         idle_s = AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s
         idle_until = time.monotonic() + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
@@ -238,6 +276,7 @@ class MicroBatchDriver:
                 rejected[key] = MAX_DELIVERIES_REASON
             elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
+                self._past_target = True
             elif max_records is not None and len(fresh) >= max_records:
                 surplus.append(record)
             else:
@@ -289,7 +328,7 @@ class MicroBatchDriver:
             for at in range(0, len(offsets), size):
                 parts.append(ReplayPartition(entry.epoch, r.topic, r.partition, offsets[at:at + size],
                                              counts[at:at + size], self._options.include_headers,
-                                             self._options.fail_on_data_loss, self._options.client_config))
+                                             self._options.fail_on_data_loss, self._options.replay_config))
         return parts
 
 

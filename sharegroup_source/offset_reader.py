@@ -13,7 +13,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-__all__ = ["OffsetRangeReader", "RangeResult"]
+__all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
+
+#: Never the share group's id: a classic member under that id would clash with it.
+REPLAY_GROUP_ID = "sharegroup-replay"
+#: What a share group delivers unless its ``share.isolation.level`` says otherwise (Kafka's
+#: default). A plain consumer defaults to read_committed instead, and would stop at the last
+#: stable offset before records of an open transaction that the group already delivered.
+SHARE_GROUP_ISOLATION = "read_uncommitted"
 
 #: A leader that moves, a node that is down or a request cut off with its connection: retried until the deadline.
 _TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
@@ -40,15 +47,7 @@ class OffsetRangeReader:
     """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
-        self._consumer = Consumer({
-            **config,
-            # never the share group's id: a classic member under that id would clash with it
-            "group.id": "sharegroup-replay",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-        })
+        self._consumer = Consumer(replay_consumer_config(config))
         self._timeout_s = timeout_s
 
     def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:
@@ -121,6 +120,24 @@ class OffsetRangeReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The plain consumer's librdkafka configuration for ``config`` (the source's ``kafka.*``).
+
+    Shared with the option check at ``load()``, so a setting this consumer would refuse on an
+    executor is refused on the driver first. ``isolation.level`` is the user's if given (a group
+    set to read_committed), else what a share group delivers by default.
+    """
+    return {
+        "isolation.level": SHARE_GROUP_ISOLATION,
+        **config,
+        "group.id": REPLAY_GROUP_ID,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
 
 
 def _transient(error: KafkaError) -> bool:

@@ -6,23 +6,35 @@ notebook cell far from the code that set it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sharegroup_source.redaction import redact
+from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
-__all__ = ["OptionError", "SourceOptions"]
+from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
+from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
+
+__all__ = ["OptionError", "SourceOptions", "storage_options_of"]
 
 COORDINATORS = ("broker", "delta")
 _KAFKA_PREFIX = "kafka."
+_STORAGE_PREFIX = "statestorage."
 _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
                "maxRecordsPerPartition", "includeHeaders", "maxDeliveries", "deadLetterLocation", "failOnDataLoss",
-               "coordinator", "pollTimeoutMs", "lockDurationMs", "kafka.*")
-_KNOWN = {name.lower() for name in _DOCUMENTED if not name.startswith(_KAFKA_PREFIX)}
+               "coordinator", "pollTimeoutMs", "lockDurationMs", "checkpointLocation", "kafka.*",
+               "stateStorage.*")
+_KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
+#: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
+#: previous epoch's locks (30 s by default) run out while the driver waits.
+_POLL_TIMEOUT_MAX_MS = 60_000
 # librdkafka settings the connector owns: a user value would break acquisition or acks.
 _RESERVED_KAFKA = {"share.acknowledgement.mode", "max.poll.records", "enable.auto.commit"}
+#: A share consumer refuses this consumer setting (the group's share.isolation.level decides what
+#: it delivers); the replay reader takes it, to read what the group delivered.
+_REPLAY_ONLY_KAFKA = {"isolation.level"}
 
 
 class OptionError(ValueError):
@@ -44,6 +56,8 @@ class SourceOptions:
     coordinator: str = "broker"
     poll_timeout_ms: int = 1_000
     lock_duration_ms: int = 30_000
+    #: the query's own checkpoint: acknowledgements follow its commit log, not the next trigger
+    checkpoint_location: str | None = None
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: delta-rs storage options for stateLocation and deadLetterLocation (``stateStorage.*``)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -53,25 +67,19 @@ class SourceOptions:
         # Spark hands Python data sources a case-insensitive map; keep the user's spelling of
         # kafka.* keys (librdkafka is case-sensitive) and compare the rest lowercased.
         lowered = {key.lower(): value for key, value in options.items()}
-        kafka = {key[len(_KAFKA_PREFIX):]: str(value) for key, value in options.items()
-                 if key.lower().startswith(_KAFKA_PREFIX)}
+        kafka = _prefixed(options, _KAFKA_PREFIX)
         for key in kafka:
             if key.lower() in _RESERVED_KAFKA:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
-        unknown = sorted(key for key in options if not key.lower().startswith(_KAFKA_PREFIX)
+        unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, _STORAGE_PREFIX))
                          and key.lower() not in _KNOWN)
         if unknown:
             raise OptionError(f"unknown option(s) {', '.join(map(repr, unknown))}; "
                               f"sharegroup options: {', '.join(sorted(_DOCUMENTED))}")
 
-        def required(key: str, value: str | None) -> str:
-            if value is None or not str(value).strip():
-                raise OptionError(f"option '{key}' is required")
-            return str(value).strip()
-
-        bootstrap = required("kafka.bootstrap.servers", lowered.get("kafka.bootstrap.servers"))
-        group = required("kafka.group.id", lowered.get("kafka.group.id"))
-        topics = tuple(t.strip() for t in required("subscribe", lowered.get("subscribe")).split(",") if t.strip())
+        bootstrap = _required(lowered, "kafka.bootstrap.servers")
+        group = _group_id(lowered)
+        topics = tuple(t.strip() for t in _required(lowered, "subscribe").split(",") if t.strip())
         if not topics:
             raise OptionError("option 'subscribe' names no topic")
         coordinator = lowered.get("coordinator", "broker").strip().lower()
@@ -80,27 +88,54 @@ class SourceOptions:
         if coordinator == "delta":
             raise OptionError("option 'coordinator'='delta' is not available yet; use 'broker' "
                               "(a Kafka 4.2+ cluster with share groups enabled)")
-        return cls(
+        parsed = cls(
             bootstrap_servers=bootstrap,
             group_id=group,
             topics=topics,
-            state_location=required("stateLocation", lowered.get("statelocation")),
+            state_location=_required(lowered, "stateLocation"),
             max_records_per_trigger=_positive(lowered, "maxRecordsPerTrigger", None),
             max_records_per_partition=_positive(lowered, "maxRecordsPerPartition", 10_000),
             include_headers=_boolean(lowered, "includeHeaders", False),
             max_deliveries=_positive(lowered, "maxDeliveries", None),
-            dead_letter_location=lowered.get("deadletterlocation") or None,
+            dead_letter_location=_optional_location(lowered, "deadLetterLocation"),
             fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
             coordinator=coordinator,
-            poll_timeout_ms=_positive(lowered, "pollTimeoutMs", 1_000),
+            poll_timeout_ms=_positive(lowered, "pollTimeoutMs", 1_000, maximum=_POLL_TIMEOUT_MAX_MS),
             lock_duration_ms=_positive(lowered, "lockDurationMs", 30_000),
+            checkpoint_location=_optional_location(lowered, "checkpointLocation"),
             kafka=kafka,
+            storage_options=storage_options_of(options),
         )
+        # load() parses: a kafka.* value the clients would refuse fails there, not at start()
+        _check_kafka(parsed.client_config, parsed.replay_config, parsed.max_poll_records)
+        return parsed
+
+    @staticmethod
+    def documented() -> tuple[str, ...]:
+        """The option names a user may set (``kafka.*`` and ``stateStorage.*`` are prefixes)."""
+        return _DOCUMENTED
 
     @property
     def client_config(self) -> dict[str, str]:
-        """librdkafka configuration: every ``kafka.*`` option, prefix removed."""
-        return dict(self.kafka)
+        """The share consumer's librdkafka configuration: every ``kafka.*`` option, prefix removed,
+        but those only the replay reader takes (a share consumer refuses ``isolation.level``)."""
+        return {key: value for key, value in self.kafka.items() if key not in _REPLAY_ONLY_KAFKA}
+
+    @property
+    def replay_config(self) -> dict[str, str]:
+        """The replay reader's configuration: it must read what the share group delivered, so
+        ``isolation.level`` is read_uncommitted (the group default) unless the user set it."""
+        return {**self.client_config, "isolation.level": self.kafka.get("isolation.level", SHARE_GROUP_ISOLATION)}
+
+    @property
+    def state_location_shown(self) -> str:
+        """``stateLocation`` as errors and logs may print it (no credentials, no query string)."""
+        return redact_location(self.state_location)
+
+    @property
+    def dead_letter_location_shown(self) -> str | None:
+        """``deadLetterLocation`` as errors and logs may print it."""
+        return None if self.dead_letter_location is None else redact_location(self.dead_letter_location)
 
     @property
     def max_poll_records(self) -> int:
@@ -108,20 +143,70 @@ class SourceOptions:
 
     def __repr__(self) -> str:
         shown = redact({f"kafka.{k}": v for k, v in self.kafka.items()})
-        return (f"SourceOptions(subscribe={','.join(self.topics)}, stateLocation={self.state_location}, "
-                f"coordinator={self.coordinator}, kafka={shown})")
+        dead_letters = f"deadLetterLocation={self.dead_letter_location_shown}, " if self.dead_letter_location else ""
+        storage = f"stateStorage={sorted(self.storage_options)} (values redacted), " if self.storage_options else ""
+        return (f"SourceOptions(subscribe={','.join(self.topics)}, stateLocation={self.state_location_shown}, "
+                f"{dead_letters}{storage}coordinator={self.coordinator}, kafka={shown})")
 
 
-def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+def storage_options_of(options: Mapping[str, Any]) -> dict[str, str]:
+    """delta-rs storage options from ``stateStorage.<key>`` options, ``<key>`` as written.
+
+    Shared with ``acknowledge(..., options=...)``, which opens the same state tables.
+    """
+    storage = _prefixed(options, _STORAGE_PREFIX)
+    if "" in storage:
+        raise OptionError("option 'stateStorage.' names no storage option: write stateStorage.<key>")
+    return storage
+
+
+def _prefixed(options: Mapping[str, Any], prefix: str) -> dict[str, str]:
+    """Options under ``prefix`` (any case), prefix removed and the rest kept as written:
+    librdkafka's keys are case-sensitive."""
+    return {key[len(prefix):]: str(value) for key, value in options.items() if key.lower().startswith(prefix)}
+
+
+def _required(options: Mapping[str, Any], name: str) -> str:
+    value = options.get(name.lower())
+    if value is None or not str(value).strip():
+        raise OptionError(f"option '{name}' is required")
+    return str(value).strip()
+
+
+def _group_id(options: Mapping[str, Any]) -> str:
+    """The share group's id, exactly as written: the client joins the group under the raw
+    value, so trimming it here would ledger one group and consume from another."""
+    group = _required(options, "kafka.group.id")
+    raw = str(options["kafka.group.id"])
+    if raw != group:
+        raise OptionError(f"option 'kafka.group.id' must not start or end with whitespace, got {raw!r}")
+    if "\x00" in group:  # librdkafka reads C strings: it would join the group named by the part before it
+        raise OptionError(f"option 'kafka.group.id' must not contain a NUL character, got {raw!r}")
+    return group
+
+
+def _optional_location(options: Mapping[str, Any], name: str) -> str | None:
+    """A location that may be left out; empty means unset, but a blank one is a mistake
+    (a path of spaces would be created relative to the working directory)."""
+    raw = options.get(name.lower())
+    if raw is None or str(raw) == "":
+        return None
+    if not str(raw).strip():
+        raise OptionError(f"option '{name}' is blank: give a path or URI, or leave it out")
+    return str(raw)
+
+
+def _positive(options: Mapping[str, Any], name: str, default: int | None, maximum: int = _INT32_MAX) -> int | None:
     raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return default
+    refused = f"option '{name}' must be a positive integer up to {maximum}, got {raw!r}"
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise OptionError(f"option '{name}' must be a positive integer up to {_INT32_MAX}, got {raw!r}") from None
-    if not 0 < value <= _INT32_MAX:
-        raise OptionError(f"option '{name}' must be a positive integer up to {_INT32_MAX}, got {raw!r}")
+        raise OptionError(refused) from None
+    if not 0 < value <= maximum:
+        raise OptionError(refused)
     return value
 
 
@@ -133,3 +218,68 @@ def _boolean(options: Mapping[str, Any], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
     return text == "true"
+
+
+# -- kafka.* checked by librdkafka itself ---------------------------------------------------------
+#: Settings a check client must not act on: with no brokers it connects nowhere, and an OIDC
+#: token is not fetched at load() (its method is checked as "default", its other settings as given).
+_NO_BROKERS = ("bootstrap.servers", "metadata.broker.list")
+#: librdkafka names some settings by their alias: map them back to the user's spelling.
+_ALIASES = {"request.required.acks": "acks", "topic.metadata.refresh.interval.ms": "metadata.max.age.ms"}
+#: Where librdkafka names the setting, most specific first; the last is any dotted setting name.
+_NAMED = (re.compile(r'[Cc]onfiguration property:? "([^"]+)"'), re.compile(r"`([^`]+)`"),
+          re.compile(r"expected ([a-z_]+) property"),
+          re.compile(r"\b([a-z0-9_]+(?:\.[a-z0-9_]+)+)\b"))
+#: Complaints that name no setting, by a phrase of theirs.
+_PHRASES = {"SASL mechanism": "sasl.mechanism"}
+_QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
+
+
+def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int) -> None:
+    """Build the share consumer and the replay consumer the source will build, without brokers,
+    and close them: librdkafka refuses unknown settings, bad values and bad combinations
+    (missing certificate files included) at creation, before any connection."""
+    share = {**share_config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
+    user = {**share_config, **replay_config}
+    for client, config in ((ShareConsumer, share), (Consumer, replay_consumer_config(replay_config))):
+        try:
+            client(_without_side_effects(config)).close()
+        except (KafkaException, ValueError, TypeError) as error:
+            raise OptionError(_kafka_message(error, user)) from None
+
+
+def _without_side_effects(config: Mapping[str, Any]) -> dict[str, Any]:
+    checked = {"log_level": 0, **config}  # the real clients log their own warnings at start
+    for key in _NO_BROKERS:
+        checked.pop(key, None)
+    if str(checked.get("sasl.oauthbearer.method", "")).lower() == "oidc":
+        checked["sasl.oauthbearer.method"] = "default"
+    return checked
+
+
+def _kafka_message(error: Exception, user: Mapping[str, str]) -> str:
+    """librdkafka's complaint, naming the ``kafka.`` option and never printing a secret value."""
+    text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
+    text = _QUOTED_VALUE.sub("Invalid value for", text.strip())
+    key = _culprit(text, user)
+    if key is None:
+        message = f"the kafka.* options are refused by the Kafka client: {text}"
+    else:
+        shown = "" if is_secret(key) or key not in user or "Invalid value" not in text else f" (got {user[key]!r})"
+        message = f"option 'kafka.{key}': {text}{shown}"
+    for value in {v for k, v in user.items() if is_secret(k) and len(v) >= 3}:
+        message = message.replace(value, REDACTED)  # a secret pasted into the wrong setting, too
+    return message
+
+
+def _culprit(text: str, user: Mapping[str, str]) -> str | None:
+    """The setting librdkafka names, in the user's spelling when the user set it."""
+    for pattern in _NAMED:
+        match = pattern.search(text)
+        if match:
+            return _as_written(_ALIASES.get(match[1], match[1]), user)
+    return next((_as_written(name, user) for phrase, name in _PHRASES.items() if phrase in text), None)
+
+
+def _as_written(name: str, user: Mapping[str, str]) -> str:
+    return next((key for key in user if key.lower() == name.lower()), name)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from sharegroup_source.options import storage_options_of
 from state_store import LedgerEntry, StateStore
 
 __all__ = ["OUTCOMES", "OutcomeError", "acknowledge"]
@@ -30,8 +31,9 @@ class OutcomeError(ValueError):
 def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, options: Mapping[str, Any]) -> int:
     """Record ``outcome`` for every row of ``df``, rows of the micro-batch being processed.
 
-    ``options`` are the source's options (at least ``stateLocation`` and ``kafka.group.id``):
-    a batch DataFrame carries no trace of where its source keeps state. ``df`` needs the columns
+    ``options`` are the source's options (at least ``stateLocation`` and ``kafka.group.id``, and
+    the ``stateStorage.*`` credentials of an object store): a batch DataFrame carries no trace of
+    where its source keeps state. ``df`` needs the columns
     topic, partition, offset and epoch. Returns the number of records recorded.
     """
     outcome = str(outcome).upper()
@@ -48,7 +50,7 @@ def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, optio
     by_epoch: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
     for row in df.select("topic", "partition", "offset", "epoch").collect():
         by_epoch[row.epoch].append((row.topic, row.partition, row.offset))
-    store = StateStore(str(state_location))
+    store = StateStore(str(state_location), storage_options=storage_options_of(options))
     for epoch, records in by_epoch.items():
         _check_current(store.ledger.get(str(group), epoch), epoch, records)
     for epoch, records in sorted(by_epoch.items()):

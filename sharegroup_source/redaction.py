@@ -1,26 +1,70 @@
 """Keep secrets out of logs, errors and reprs.
 
-Kafka security settings travel inside the options map; anything that prints options
-goes through :func:`redact` first.
+Kafka security settings and delta-rs storage options travel inside the options map;
+anything that prints options goes through :func:`redact` first, and anything that prints a
+state or dead-letter location goes through :func:`redact_location`, because object-store
+URIs carry credentials too (``user:password@host``, pre-signed query strings).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "is_secret", "redact"]
+__all__ = ["REDACTED", "is_secret", "redact", "redact_location"]
 
 REDACTED = "*****(redacted)"
 _SECRET_MARKERS = ("password", "secret", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem",
                    "ssl.keystore", "ssl.key", "token", "credential", "api.key")
+#: Every ``stateStorage.*`` option is secret: which delta-rs keys hold credentials depends on the store.
+_SECRET_PREFIXES = ("kafka.sasl.", "sasl.", "statestorage.")
+#: Options whose value is a location: printed with :func:`redact_location`.
+_LOCATION_KEYS = {"statelocation", "deadletterlocation", "checkpointlocation", "grouplocation", "path"}
+#: Azure's ``container@account`` names a container, not a user: kept, as it tells locations apart.
+_CONTAINER_SCHEMES = {"abfs", "abfss", "wasb", "wasbs"}
+_AUTHORITY = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^/?#]*)@")
 
 
 def is_secret(key: str) -> bool:
     """Whether an option's value must never be printed (``kafka.`` prefix or not)."""
     lowered = key.lower()
-    return lowered.startswith(("kafka.sasl.", "sasl.")) or any(marker in lowered for marker in _SECRET_MARKERS)
+    return lowered.startswith(_SECRET_PREFIXES) or any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: (REDACTED if is_secret(key) else value) for key, value in options.items()}
+    """The options as they may be printed: secrets replaced, locations stripped of credentials."""
+    return {key: _shown(key, value) for key, value in options.items()}
+
+
+def _shown(key: str, value: Any) -> Any:
+    if is_secret(key):
+        return REDACTED
+    if key.lower() in _LOCATION_KEYS and isinstance(value, str):
+        return redact_location(value)
+    return value
+
+
+def redact_location(uri: str) -> str:
+    """``uri`` as it may be printed: user info, query string and fragment replaced by a marker.
+
+    A query string on a storage location is a pre-signed URL or a SAS token (``sig=``,
+    ``X-Amz-Signature``, ``X-Amz-Credential``) more often than anything harmless, so it is
+    never shown; a user name alone is shown only where it is an Azure container.
+    """
+    shown = _redact_userinfo(uri)
+    for separator in ("?", "#"):
+        head, found, _ = shown.partition(separator)
+        if found:
+            shown = f"{head}{separator}{REDACTED}"
+    return shown
+
+
+def _redact_userinfo(uri: str) -> str:
+    match = _AUTHORITY.match(uri)
+    if match is None:
+        return uri
+    userinfo = match["userinfo"]
+    if ":" not in userinfo and match["scheme"].lower() in _CONTAINER_SCHEMES:
+        return uri
+    return f"{match['scheme']}://{REDACTED}@{uri[match.end():]}"

@@ -1,8 +1,29 @@
-"""Dead letters: rejected records, kept with their payload and why they were rejected.
+"""Dead letters: rejected records, kept with their payload, their group and why they were rejected.
 
 A REJECTed record is archived by the share group and never delivered again, so this table is
-the only place it survives. Appends are idempotent on (topic, partition, offset): the driver may
-reject the same epoch again after a restart, and the record must still appear once.
+the only place it survives. Appends are idempotent on (group_id, topic, partition, offset): the
+driver may reject the same epoch again after a restart, and the record must still appear once;
+two groups (queries) that share one ``deadLetterLocation`` and both reject a record each keep
+their row.
+
+The table is the user's data, not internal state, so it keeps Delta's retention
+(USER_DATA_RETENTION): 30 days of log and 7 days for data files that compaction replaced.
+Users read it with Spark or delta-rs, often as a stream (``spark.readStream.format("delta")``),
+and such a reader needs the commits and files after the version it last read: a 0-hour vacuum
+or a one-minute log would break it at the next maintenance. Compaction stays (each append is a
+small file, and a cold start reads them all to skip what is already there), but only once the
+table has 32 files: its commits change no data, so streams skip them, and the files it replaces
+are kept the 7 days Delta promises readers, so compacting at every run would keep a copy of the
+table per run. Never vacuuming is no option with compaction: every compaction would leave a
+copy behind for good. Longer retention set on a user's table is kept; shorter (tables made by
+earlier versions had one minute of log) is raised on the first write or maintenance.
+
+Tables made before ``group_id`` existed gain the column (a Delta schema merge, metadata only)
+with their next append; their rows read as group null. Such a row was written by some group,
+not known: it stands for every group, so a record it holds is not appended again (after an
+upgrade a query re-rejecting an epoch it rejected before must not keep the record twice). A
+Delta stream running while the column is added may stop at it, as Delta streams do on a schema
+change; started again from its checkpoint it reads on, the new rows with their group.
 """
 
 from __future__ import annotations
@@ -14,9 +35,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import USER_DATA_RETENTION, Snapshot, StateTable, Write
 
-__all__ = ["DEAD_LETTERS_SCHEMA", "DeadLetters"]
+__all__ = ["ADDED_COLUMNS", "DEAD_LETTERS_SCHEMA", "DeadLetters"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _TIME = pa.timestamp("us", tz="UTC")
@@ -31,30 +52,45 @@ DEAD_LETTERS_SCHEMA = pa.schema([
     pa.field("delivery_count", pa.int32()),
     pa.field("reason", pa.string()),
     pa.field("time", _TIME),
+    # added after the first release, so last and nullable (tables from then gain it); new rows always have it
+    pa.field("group_id", pa.string()),
 ])
+#: Columns of DEAD_LETTERS_SCHEMA added after the first release: a table without them still opens.
+ADDED_COLUMNS = ("group_id",)
 
 
 class DeadLetters:
-    """Rejected records in the ``dead_letters`` Delta table."""
+    """Rejected records in the ``dead_letters`` Delta table (or the user's ``deadLetterLocation``)."""
 
     def __init__(self, table: StateTable):
         self.table = table
 
+    @classmethod
+    def open(cls, root: str, name: str, *, storage_options: dict[str, str] | None = None) -> DeadLetters:
+        """The dead letters table ``root/name``: user-data retention, and tables from earlier versions accepted."""
+        return cls(StateTable(root, name, DEAD_LETTERS_SCHEMA, storage_options=storage_options,
+                              retention=USER_DATA_RETENTION, added_columns=ADDED_COLUMNS))
+
     def append(self, rows: pa.Table | Sequence[dict[str, Any]]) -> None:
         """Add records not yet dead-lettered; ``time`` may be a datetime or epoch milliseconds.
 
-        ``headers`` is a list of (key, value) pairs. Rows for a (topic, partition, offset) that is
-        already in the table, or earlier in ``rows``, are skipped.
+        Every row needs ``group_id``, the share group (query) that rejected it. ``headers`` is a
+        list of (key, value) pairs. Rows for a (group_id, topic, partition, offset) that is already
+        in the table, or earlier in ``rows``, are skipped, and so are records the table holds in a
+        row without a group (written before the column existed).
         """
         table = _normalize(rows)
         if table.num_rows == 0:
             return
+        if table.column("group_id").null_count:
+            raise ValueError("every dead letter row needs a group_id (the share group that rejected it)")
 
         def plan(snapshot: Snapshot) -> Write | None:
             seen = set(_keys(snapshot.table()))
+            any_group = {key[1:] for key in seen if key[0] is None}
             keep = []
             for i, key in enumerate(_keys(table)):
-                if key not in seen:
+                if key not in seen and key[1:] not in any_group:
                     seen.add(key)
                     keep.append(i)
             return Write(table.take(keep)) if keep else None
@@ -68,9 +104,9 @@ class DeadLetters:
         self.table.maintain()
 
 
-def _keys(table: pa.Table) -> list[tuple[str, int, int]]:
-    return list(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
-                    table.column("offset").to_pylist(), strict=True))
+def _keys(table: pa.Table) -> list[tuple[str | None, str, int, int]]:
+    return list(zip(table.column("group_id").to_pylist(), table.column("topic").to_pylist(),
+                    table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
 
 
 def _normalize(rows: pa.Table | Sequence[dict[str, Any]]) -> pa.Table:

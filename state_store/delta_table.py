@@ -11,15 +11,20 @@ landing on state it never saw. The plan is then recomputed on the new version. T
 makes read-modify-write updates (share-partition state), "first writer wins" (ledger epochs),
 "skip what is already there" (dead letters) and whole-table rewrites (maintenance) safe with
 any number of writers, in one process or many.
+
+Why a retention per table: internal state needs no past, so its tables vacuum replaced files at
+once and keep one minute of log. Tables users read (dead letters) keep Delta's retention instead,
+so a reader of an older version, a Delta stream among them, keeps working across maintenance.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -34,13 +39,79 @@ from deltalake.fs import DeltaStorageHandler
 
 from state_store.errors import StateStoreError
 
-__all__ = ["Footprint", "Snapshot", "StateTable", "Write", "local_path", "table_uri"]
+__all__ = ["USER_DATA_RETENTION", "Footprint", "Retention", "Snapshot", "StateTable", "Write", "local_path",
+           "table_uri"]
 
 #: Concurrent commits a write outlasts before giving up (each lost race costs one re-plan).
 MAX_COMMIT_ATTEMPTS = 500
 #: Files no commit references (a writer lost a race after writing them) are deleted after this long,
 #: so a file a concurrent writer has written but not yet committed is never taken from under it.
 ORPHAN_RETENTION_HOURS = 1
+
+_LOG_RETENTION = "delta.logRetentionDuration"
+_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a table keeps what readers of its older versions need.
+
+    ``log``: how long log entries outlive the checkpoint covering them (``delta.logRetentionDuration``).
+    ``removed_files``: how long data files that compaction or a rewrite replaced stay on storage
+    before vacuum deletes them (``delta.deletedFileRetentionDuration``); files no commit references
+    go after ORPHAN_RETENTION_HOURS or this, whichever is longer.
+
+    ``minimum`` False (internal state): exactly these, written when the table is created; vacuum
+    uses them whatever the table says. ``minimum`` True (user data): these are floors kept in the
+    table's own properties: a table that has shorter ones (made by an earlier version, or by hand)
+    is raised to them before this process writes or maintains it, longer ones are kept, and vacuum
+    and log cleanup follow the table's properties, as Spark's VACUUM does.
+
+    ``compact_at_files``: maintenance compacts once the table has this many data files. Every
+    compaction rewrites the small files, the last compaction's output among them, and the files
+    it replaces stay for ``removed_files``: with days of retention, compacting at every run would
+    keep a copy of the table per run.
+    """
+
+    log: timedelta
+    removed_files: timedelta
+    minimum: bool = False
+    compact_at_files: int = 2
+
+    @classmethod
+    def state(cls, log: timedelta = timedelta(minutes=1)) -> Retention:
+        """Internal state: no time travel; replaced files are vacuumed at once, the log kept ``log``."""
+        return cls(log=log, removed_files=timedelta(0))
+
+    def configuration(self) -> dict[str, str]:
+        """The table properties a new table is created with."""
+        if not self.minimum:
+            return {_LOG_RETENTION: _interval(self.log)}  # vacuum is told its retention on every run
+        return {_LOG_RETENTION: _interval(self.log), _FILE_RETENTION: _interval(self.removed_files)}
+
+
+#: Delta's defaults (30 days of log, 7 days of replaced files), for tables that hold users' data.
+USER_DATA_RETENTION = Retention(log=timedelta(days=30), removed_files=timedelta(days=7), minimum=True,
+                                compact_at_files=32)
+
+_UNITS = {"nanosecond": timedelta(microseconds=0.001), "microsecond": timedelta(microseconds=1),
+          "millisecond": timedelta(milliseconds=1), "second": timedelta(seconds=1), "minute": timedelta(minutes=1),
+          "hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+
+
+def _interval(span: timedelta) -> str:
+    """A duration in Delta's table-property form: ``interval 30 days``, ``interval 60 seconds``."""
+    if span and span % timedelta(days=1) == timedelta(0):
+        return f"interval {span // timedelta(days=1)} days"
+    return f"interval {int(span.total_seconds())} seconds"
+
+
+def _parse_interval(text: str | None) -> timedelta | None:
+    """A Delta duration property as a timedelta; None when absent or not in a form this reads."""
+    match = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+?)s?\s*", (text or "").lower())
+    if match is None or match.group(2) not in _UNITS:
+        return None
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -142,18 +213,31 @@ def _type_name(kind: Any) -> str:
 
 
 class StateTable:
-    """A Delta table holding one kind of state, created by its first write."""
+    """A Delta table holding one kind of state, created by its first write.
+
+    ``retention`` is what the table keeps for readers of older versions (internal state: nothing).
+    ``added_columns`` names columns of ``schema`` that later versions of the code added, last and
+    nullable: a table written before them still opens, reads them as null, and gains them (a
+    schema merge) with its next write.
+    """
 
     def __init__(self, root: str, name: str, schema: pa.Schema, *,
                  storage_options: dict[str, str] | None = None,
-                 log_retention: timedelta = timedelta(minutes=1)):
+                 retention: Retention | None = None, added_columns: Sequence[str] = ()):
         self.name = name
         self.uri = table_uri(root, name)
         self.schema = schema
         self._local = local_path(self.uri)
         self._storage_options = storage_options
-        retention_s = int(log_retention.total_seconds())
-        self._configuration = {"delta.logRetentionDuration": f"interval {retention_s} seconds"}
+        self.retention = retention or Retention.state()
+        self._configuration = self.retention.configuration()
+        tail = schema.names[len(schema.names) - len(added_columns):]
+        if list(added_columns) != tail or any(not schema.field(c).nullable for c in added_columns):
+            raise ValueError(f"added columns {list(added_columns)} must be the last, nullable, columns of "
+                             f"{schema.names}")
+        self._added_columns = tuple(added_columns)
+        self._missing_columns: tuple[str, ...] = ()  # added columns the table at hand does not have yet
+        self._retention_kept = not self.retention.minimum  # the table's own properties are checked once
         self._dt: DeltaTable | None = None
         self._existed = False  # opened once: from then on its absence is an error, not "not created yet"
         self._fs: pafs.FileSystem | None = None
@@ -180,19 +264,30 @@ class StateTable:
         """
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             dt = self._open() or self._create()
+            try:
+                self._keep_retention(dt)
+            except CommitFailedError:
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+                continue
+            except (DeltaError, OSError) as exc:
+                raise self._error("cannot raise the retention of", exc) from exc
             snapshot = self._sync(dt)
             write = plan(snapshot)
             if write is None:
                 return None
             data = write.data.select(self.schema.names).cast(self.schema)
+            merge = bool(self._missing_columns)
             try:
                 write_deltalake(dt, data, mode=write.mode, predicate=write.predicate,
+                                schema_mode="merge" if merge else None,
                                 commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # spread out the racers
                 continue
             except (DeltaError, OSError, pa.ArrowException) as exc:
                 raise self._error("cannot write", exc) from exc
+            if merge:
+                self._missing_columns = ()
             if write.mode == "append":
                 self._own_append = (snapshot.next_version, data)
             return snapshot.next_version
@@ -204,8 +299,10 @@ class StateTable:
 
         ``rewrite`` returns the rows the table should hold instead (or None to keep it as is);
         it is a compare-and-swap commit like any other, so no concurrent write is lost. Vacuum
-        removes files compaction and rewrites replaced at once, and files no commit references
-        (written by losers of a commit race) after ORPHAN_RETENTION_HOURS.
+        removes files compaction and rewrites replaced after the table's retention (internal
+        state: at once), and files no commit references (written by losers of a commit race)
+        after ORPHAN_RETENTION_HOURS or that retention, whichever is longer. Log entries go
+        after the log retention.
         """
         if self._open() is None:
             return
@@ -214,11 +311,19 @@ class StateTable:
         dt = self._open()
         assert dt is not None
         try:
-            dt.optimize.compact()
-            dt.update_incremental()
-            dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-            dt.vacuum(retention_hours=ORPHAN_RETENTION_HOURS, enforce_retention_duration=False, dry_run=False,
-                      full=True)
+            self._keep_retention(dt)  # before anything is cleaned up by a shorter setting
+            if len(dt.file_uris()) >= self.retention.compact_at_files:
+                dt.optimize.compact()
+                dt.update_incremental()
+            if self.retention.minimum:
+                # the table's deletedFileRetentionDuration (at least the floor, above an hour) for replaced
+                # files and unreferenced ones alike; a full vacuum keeps a replaced file its whole retention
+                dt.vacuum(dry_run=False, full=True)
+            else:
+                hours = _hours(self.retention.removed_files)
+                dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False)
+                dt.vacuum(retention_hours=max(ORPHAN_RETENTION_HOURS, hours), enforce_retention_duration=False,
+                          dry_run=False, full=True)
             dt.update_incremental()
             dt.create_checkpoint()  # after vacuum: a lite vacuum looks only at commits since the checkpoint
             dt.cleanup_metadata()
@@ -228,6 +333,26 @@ class StateTable:
             raise self._error("cannot maintain", exc) from exc
 
     # -- internals ---------------------------------------------------------------------------
+    def _keep_retention(self, dt: DeltaTable) -> None:
+        """Raise the table's retention properties that are below a ``minimum`` retention's floors.
+
+        Once per process, before its first write or maintenance: an earlier version created dead
+        letter tables with one minute of log, and delta-rs cleans the log up after its automatic
+        checkpoints too. A lost commit race raises CommitFailedError; the caller tries again.
+        """
+        if self._retention_kept:
+            return
+        config = dt.metadata().configuration
+        raise_to = {}
+        for key, floor in self._configuration.items():
+            have = _parse_interval(config.get(key))
+            if have is not None and have < _parse_interval(floor):  # type: ignore[operator]
+                raise_to[key] = floor
+        if raise_to:
+            dt.alter.set_table_properties(raise_to, commit_properties=CommitProperties(max_commit_retries=0))
+            dt.update_incremental()
+        self._retention_kept = True
+
     def _open(self) -> DeltaTable | None:
         """The table at its latest version, None if it was never created; clear errors otherwise."""
         if self._dt is not None:
@@ -257,7 +382,8 @@ class StateTable:
             raise StateStoreError(f"the {self.name} table at {self.uri} is corrupt: its Delta log cannot be "
                                   f"read ({_reason(exc)})") from exc
         expected = Schema.from_arrow(self.schema)
-        if dt.schema() != expected:
+        self._missing_columns = self._lacks(dt.schema())
+        if dt.schema() != expected and not self._missing_columns:
             raise StateStoreError(
                 f"the {self.name} table at {self.uri} has another schema: found columns "
                 f"({_describe(dt.schema())}), expected ({_describe(expected)}); point stateLocation at a new "
@@ -265,6 +391,15 @@ class StateTable:
         self._dt = dt
         self._existed = True
         return dt
+
+    def _lacks(self, found: Schema) -> tuple[str, ...]:
+        """The added columns a table of ``found`` schema lacks, if it is this table's schema without them."""
+        names = {f.name for f in found.fields}
+        missing = tuple(c for c in self._added_columns if c not in names)
+        if not missing:
+            return ()
+        earlier = pa.schema([f for f in self.schema if f.name not in missing])
+        return missing if found == Schema.from_arrow(earlier) else ()
 
     def _absent(self) -> None:
         """No table: fine before its first write, an error once this process has seen it."""
@@ -345,7 +480,19 @@ class StateTable:
 
     def _read_piece(self, path: str) -> _Piece:
         if self._local is not None:
-            return _Piece(pq.read_table(os.path.join(self._local, unquote(path))).cast(self.schema))
+            return _Piece(self._conform(pq.read_table(os.path.join(self._local, unquote(path)))))
         if self._fs is None:
             self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._storage_options))
-        return _Piece(pq.read_table(path, filesystem=self._fs).cast(self.schema))
+        return _Piece(self._conform(pq.read_table(path, filesystem=self._fs)))
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        """A data file's rows in the table's schema; added columns a file written before them lacks are null."""
+        if table.column_names != self.schema.names:
+            table = pa.table([table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                              for f in self.schema], names=self.schema.names)
+        return table.cast(self.schema)
+
+
+def _hours(span: timedelta) -> int:
+    """Whole hours, rounded up: vacuum takes hours, and must never keep a file for less than asked."""
+    return -(-span // timedelta(hours=1))

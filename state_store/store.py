@@ -4,6 +4,9 @@ One root (the ``stateLocation`` option, a path or URI) holds the tables ``ledger
 ``decisions``, ``share_state``, ``dead_letters`` and ``progress`` (columns in
 docs/state-tables.md). Each is created by its first write, so a location that never rejected a
 record has no dead-letter table.
+
+The dead letters are the user's data, kept with Delta's retention (see state_store.dead_letters);
+the other tables are internal state, vacuumed at once with a short log.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from datetime import timedelta
 
 import pyarrow as pa
 
-from state_store.dead_letters import DEAD_LETTERS_SCHEMA, DeadLetters
+from state_store.dead_letters import DeadLetters
 from state_store.decisions import DECISIONS_SCHEMA, Decisions
-from state_store.delta_table import Footprint, StateTable, file_in_the_way, local_path
+from state_store.delta_table import Footprint, Retention, StateTable, file_in_the_way, local_path
 from state_store.errors import StateStoreError
 from state_store.ledger import LEDGER_SCHEMA, Ledger
 from state_store.progress import PROGRESS_SCHEMA, ProgressTable
@@ -31,8 +34,10 @@ class StateStore:
     ``dead_letter_location`` puts the dead letters elsewhere (a path or URI of their own table).
     ``storage_options`` go to delta-rs for object stores (credentials, endpoints). ``share_config``
     is the group configuration the Delta coordinator enforces. ``log_retention`` is how long Delta
-    log entries outlive the checkpoint that replaces them: state needs no time travel, and a long
-    log slows every commit down.
+    log entries of the internal state tables outlive the checkpoint that replaces them: state
+    needs no time travel, and a long log slows every commit down. It does not apply to the dead
+    letters, which keep Delta's retention (30 days of log, 7 days of replaced files) for their
+    readers.
 
     An instance caches what it read and is meant for one thread; other threads and processes use
     their own instances and coordinate through Delta's compare-and-swap commits.
@@ -53,22 +58,21 @@ class StateStore:
 
         def table(name: str, schema: pa.Schema) -> StateTable:
             return StateTable(self.location, name, schema, storage_options=storage_options,
-                              log_retention=log_retention)
+                              retention=Retention.state(log_retention))
 
         self.ledger = Ledger(table("ledger", LEDGER_SCHEMA))
         self.decisions = Decisions(table("decisions", DECISIONS_SCHEMA))
         self.share_state = ShareStateTable(table("share_state", SHARE_STATE_SCHEMA),
                                            share_config or ShareConfig())
-        if dead_letter_location:
-            root, name = _split(dead_letter_location)
-            self.dead_letters = DeadLetters(StateTable(root, name, DEAD_LETTERS_SCHEMA, storage_options=storage_options,
-                                                       log_retention=log_retention))
-        else:
-            self.dead_letters = DeadLetters(table("dead_letters", DEAD_LETTERS_SCHEMA))
+        root, name = _split(dead_letter_location) if dead_letter_location else (self.location, "dead_letters")
+        self.dead_letters = DeadLetters.open(root, name, storage_options=storage_options)
         self.progress = ProgressTable(table("progress", PROGRESS_SCHEMA))
 
     def maintain(self, ledger_keep_epochs: int = 10_000) -> dict[str, Footprint]:
         """Fold, prune, compact, checkpoint and vacuum every table; returns their sizes afterwards.
+
+        Each table keeps its own retention: state tables lose replaced files at once, the dead
+        letters keep them (and their log) for readers of older versions.
 
         Call it every few hundred epochs. Per query the ledger keeps its newest
         ``ledger_keep_epochs`` epochs plus every unsettled one; decisions of dropped epochs go too.

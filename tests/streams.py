@@ -61,10 +61,11 @@ class StreamSetup:
         return writer.start()
 
     def batch_sink(self, spark: SparkSession, handler: Callable[[DataFrame, int], DataFrame | None] | None = None,
-                   available_now: bool = True, **extra: Any) -> StreamingQuery:
+                   available_now: bool = True, processing_time: str = "0 seconds", **extra: Any) -> StreamingQuery:
         """foreachBatch writing one parquet folder per batch id: rewriting a batch replaces it.
 
         ``handler`` runs first; the DataFrame it returns is written instead of the whole batch.
+        Without ``available_now`` the trigger is ``processing_time``.
         """
 
         def write(frame: DataFrame, batch_id: int) -> None:
@@ -74,7 +75,7 @@ class StreamSetup:
 
         writer = (self.read_stream(spark, **extra).writeStream.foreachBatch(write)
                   .option("checkpointLocation", str(self.checkpoint)))
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
         return writer.start()
 
     def sink_rows(self, spark: SparkSession) -> list[tuple[int, bytes, int]]:

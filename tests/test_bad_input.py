@@ -148,17 +148,29 @@ def _topics(value: str) -> bool:
     return any(t.strip() for t in value.split(","))
 
 
-def _positive(value: str) -> bool | None:
+def _positive(value: str, top: int = INT32_MAX) -> bool | None:
     text = value.strip()
     if not text:
         return True  # the default
     if re.fullmatch(r"\+?[0-9]+", text):
-        return 0 < int(text) <= INT32_MAX  # Kafka's and Spark's integer settings are 32-bit
+        return 0 < int(text) <= top  # Kafka's and Spark's integer settings are 32-bit
     try:
         int(text)  # Python's own spellings ("1_000", other scripts' digits): lenient, not promised
     except ValueError:
         return False
-    return None if 0 < int(text) <= INT32_MAX else False
+    return None if 0 < int(text) <= top else False
+
+
+def _poll_timeout(value: str) -> bool | None:
+    return _positive(value, top=60_000)  # a longer poll would hold a trigger for minutes
+
+
+def _group_id(value: str) -> bool:
+    return bool(value.strip()) and value == value.strip() and "\x00" not in value
+
+
+def _blank_is_unset(value: str) -> bool:
+    return value == "" or bool(value.strip())
 
 
 def _boolean(value: str) -> bool:
@@ -175,10 +187,11 @@ def _anything(_value: str) -> bool:
 
 #: Every documented option (README "Options") with its validity rule.
 DOCUMENTED: dict[str, Verdict] = {
-    "kafka.bootstrap.servers": _text, "kafka.group.id": _text, "subscribe": _topics, "stateLocation": _text,
+    "kafka.bootstrap.servers": _text, "kafka.group.id": _group_id, "subscribe": _topics, "stateLocation": _text,
     "maxRecordsPerTrigger": _positive, "maxRecordsPerPartition": _positive, "includeHeaders": _boolean,
-    "failOnDataLoss": _boolean, "pollTimeoutMs": _positive, "lockDurationMs": _positive,
-    "coordinator": _coordinator, "maxDeliveries": _positive, "deadLetterLocation": _anything,
+    "failOnDataLoss": _boolean, "pollTimeoutMs": _poll_timeout, "lockDurationMs": _positive,
+    "coordinator": _coordinator, "maxDeliveries": _positive, "deadLetterLocation": _blank_is_unset,
+    "checkpointLocation": _blank_is_unset, "stateStorage.x": _anything,
 }
 REQUIRED = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "fuzz", "subscribe": "fuzz",
             "stateLocation": "/tmp/sharegroup-fuzz-state"}

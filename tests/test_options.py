@@ -12,10 +12,11 @@ BASE = {"kafka.bootstrap.servers": "b:9092", "kafka.group.id": "g", "subscribe":
 
 
 def test_defaults_and_kafka_passthrough():
-    options = SourceOptions.parse({**BASE, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.password": "pw"})
+    options = SourceOptions.parse({**BASE, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+                                   "kafka.sasl.username": "u", "kafka.sasl.password": "pw"})
     assert options.topics == ("a", "b") and options.coordinator == "broker" and options.fail_on_data_loss
-    assert options.client_config == {"bootstrap.servers": "b:9092", "group.id": "g",
-                                     "security.protocol": "SASL_SSL", "sasl.password": "pw"}
+    assert options.client_config == {"bootstrap.servers": "b:9092", "group.id": "g", "security.protocol": "SASL_SSL",
+                                     "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw"}
     assert "pw" not in repr(options)
 
 
@@ -44,3 +45,88 @@ def test_spark_and_arrow_schemas_agree():
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
         "timestampType:int,deliveryCount:int,epoch:bigint>")
     assert isinstance(spark_schema(True)["headers"].dataType.elementType, StructType)
+
+
+# -- rules of the reliability issue: each test below failed before its rule existed ---------------
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("kafka.group.id", "orders ", "option 'kafka.group.id' must not start or end with whitespace"),
+    ("kafka.group.id", " orders", "option 'kafka.group.id' must not start or end with whitespace"),
+    ("kafka.group.id", "a\x00b", "option 'kafka.group.id' must not contain a NUL character"),
+    ("deadLetterLocation", "  ", "option 'deadLetterLocation' is blank"),
+    ("pollTimeoutMs", "60001", "option 'pollTimeoutMs' must be a positive integer up to 60000"),
+    ("stateStorage.", "x", "option 'stateStorage.' names no storage option"),
+])
+def test_silently_changed_values_are_refused(key, value, message):
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**BASE, key: value})
+    assert message in str(error.value)
+
+
+def test_poll_timeout_up_to_a_minute_is_accepted():
+    assert SourceOptions.parse({**BASE, "pollTimeoutMs": "60000"}).poll_timeout_ms == 60_000
+
+
+def test_empty_dead_letter_location_means_none():
+    """An empty value is how a job parameter says "not set"; only a blank one is a mistake."""
+    assert SourceOptions.parse({**BASE, "deadLetterLocation": ""}).dead_letter_location is None
+
+
+def test_state_storage_options_reach_delta_and_are_never_printed():
+    options = SourceOptions.parse({**BASE, "stateStorage.AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+                                   "statestorage.aws_secret_access_key": "hunter2", "stateStorage.AWS_REGION": "eu"})
+    assert options.storage_options == {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "aws_secret_access_key": "hunter2",
+                                       "AWS_REGION": "eu"}
+    assert "stateStorage.*" in SourceOptions.documented()
+    assert not {"AKIAEXAMPLE", "hunter2"} & {word.strip("'{},=") for word in repr(options).split()}
+    assert "hunter2" not in repr(options) and "AKIAEXAMPLE" not in repr(options)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("kafka.securty.protocol", "SSL", "option 'kafka.securty.protocol': No such configuration property"),
+    ("kafka.security.protocol", "bogus", "option 'kafka.security.protocol': Invalid value"),
+    ("kafka.socket.timeout.ms", "0", "option 'kafka.socket.timeout.ms'"),
+    ("kafka.auto.offset.reset", "earliest", "option 'kafka.auto.offset.reset'"),  # a share consumer refuses it
+    ("kafka.isolation.level", "snapshot", "option 'kafka.isolation.level': Invalid value"),
+    ("kafka.fetch.max.bytes", "1", "option 'kafka.fetch.max.bytes'"),  # the replay consumer refuses it
+    ("kafka.security.protocol", "SASL_SSL", "option 'kafka.sasl.mechanism'"),  # GSSAPI, not in this build
+])
+def test_kafka_options_are_checked_by_the_client_at_load(key, value, message):
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**BASE, key: value})
+    assert message in str(error.value)
+
+
+def test_a_refused_kafka_value_is_not_printed_when_secret():
+    """librdkafka quotes the refused value; a secret one must not reach the message."""
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**BASE, "kafka.sasl.password": "hunter2", "kafka.security.protocol": "hunter2",
+                             "kafka.ssl.key.pem": "hunter2-pem", "kafka.sasl.mechanism": "PLAIN"})
+    assert "hunter2" not in str(error.value) and "option 'kafka." in str(error.value)
+
+
+def test_kafka_check_does_not_connect():
+    """The check builds clients without brokers: a load() must not wait on, or reach, the cluster."""
+    import time
+
+    started = time.monotonic()
+    SourceOptions.parse({**BASE, "kafka.bootstrap.servers": "10.255.255.1:9092", "kafka.security.protocol": "SSL"})
+    assert time.monotonic() - started < 2
+
+
+def test_isolation_level_goes_to_the_replay_reader_only():
+    """A share consumer refuses isolation.level (the group's share.isolation.level decides); the
+    replay reader reads what the group delivers: read_uncommitted unless the user says otherwise."""
+    plain = SourceOptions.parse(BASE)
+    assert plain.replay_config["isolation.level"] == "read_uncommitted"
+    committed = SourceOptions.parse({**BASE, "kafka.isolation.level": "read_committed"})
+    assert "isolation.level" not in committed.client_config
+    assert committed.replay_config["isolation.level"] == "read_committed"
+
+
+def test_repr_hides_location_credentials():
+    options = SourceOptions.parse({**BASE, "stateLocation": "s3://AKIA:hunter2@bucket/state?X-Amz-Signature=abc",
+                                   "deadLetterLocation": "https://acct.blob.core.windows.net/c/dl?sv=1&sig=s3cr3t"})
+    shown = repr(options)
+    assert "hunter2" not in shown and "abc" not in shown and "s3cr3t" not in shown and "AKIA" not in shown
+    assert "bucket/state" in shown and "acct.blob.core.windows.net/c/dl" in shown
+    assert options.state_location_shown == "s3://*****(redacted)@bucket/state?*****(redacted)"

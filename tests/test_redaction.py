@@ -1,6 +1,8 @@
 """Secrets in options never reach logs, errors or reprs."""
 
-from sharegroup_source.redaction import REDACTED, redact
+import pytest
+
+from sharegroup_source.redaction import REDACTED, redact, redact_location
 from sharegroup_source.share_client import ShareClient
 from tests.kafka_under_test import KafkaUnderTest
 
@@ -26,3 +28,31 @@ def test_share_client_repr_hides_credentials(kafka: KafkaUnderTest):
     topic = kafka.new_topic(1)
     with ShareClient(kafka.config(**{"group.id": "g", "sasl.password": "hunter2"}), [topic]) as client:
         assert "hunter2" not in repr(client) and REDACTED in repr(client)
+
+
+def test_state_storage_options_are_secret():
+    shown = redact({"stateStorage.AWS_SECRET_ACCESS_KEY": "hunter2", "STATESTORAGE.azure_storage_sas_token": "sig",
+                    "statestorage.AWS_REGION": "eu-west-1"})
+    assert set(shown.values()) == {REDACTED}, "every storage option may carry a credential, the region included"
+
+
+@pytest.mark.parametrize(("location", "shown"), [
+    ("/tmp/state", "/tmp/state"),
+    ("s3://bucket/state", "s3://bucket/state"),
+    ("/data/alice@example/state", "/data/alice@example/state"),
+    ("abfss://container@account.dfs.core.windows.net/state", "abfss://container@account.dfs.core.windows.net/state"),
+    ("s3a://AKIA:hunter2@bucket/state", f"s3a://{REDACTED}@bucket/state"),
+    ("https://token@host/state", f"https://{REDACTED}@host/state"),
+    ("https://acct.blob.core.windows.net/c/state?sv=2022&sig=hunter2", f"https://acct.blob.core.windows.net/c/state?{REDACTED}"),
+    ("https://b.s3.amazonaws.com/s?X-Amz-Credential=AKIA&X-Amz-Signature=hunter2",
+     f"https://b.s3.amazonaws.com/s?{REDACTED}"),
+    ("gs://bucket/state#hunter2", f"gs://bucket/state#{REDACTED}"),
+])
+def test_location_credentials_are_redacted(location, shown):
+    assert redact_location(location) == shown
+
+
+def test_redact_hides_credentials_inside_location_options():
+    shown = redact({"stateLocation": "s3a://AKIA:hunter2@bucket/s", "deadLetterLocation": "https://h/p?sig=hunter2",
+                    "subscribe": "orders"})
+    assert "hunter2" not in repr(shown) and shown["subscribe"] == "orders"

@@ -102,7 +102,7 @@ def test_location_becoming_unwritable_after_opening(tmp_path: Path) -> None:
     root.parent.mkdir(exist_ok=True)
     root.write_text("in the way")  # the directory's place is taken before the first write
     with pytest.raises(StateStoreError, match=rf"cannot use {root}/dead_letters .*{root} is a file"):
-        store.dead_letters.append([{"topic": "orders", "partition": 0, "offset": 1}])
+        store.dead_letters.append([{"topic": "orders", "partition": 0, "offset": 1, "group_id": "q"}])
     assert root.read_text() == "in the way"
 
 

@@ -23,9 +23,10 @@ pytestmark = pytest.mark.spark
 
 DEAD_LETTERS = [
     {"key": b"k-2", "value": b"not json", "headers": [("h", b"1"), ("trace", b"\x00\xff")], "topic": "t",
-     "partition": 0, "offset": 2, "delivery_count": 2, "reason": "invalid JSON", "time": 1_700_000_000_123},
+     "partition": 0, "offset": 2, "delivery_count": 2, "reason": "invalid JSON", "time": 1_700_000_000_123,
+     "group_id": "q"},
     {"key": None, "value": b"\x00\x01binary", "headers": [], "topic": "t", "partition": 1, "offset": 7,
-     "delivery_count": 6, "reason": "max deliveries exceeded", "time": 0},
+     "delivery_count": 6, "reason": "max deliveries exceeded", "time": 0, "group_id": "q"},
 ]
 
 

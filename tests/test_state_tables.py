@@ -130,12 +130,13 @@ def test_dead_letters_append_is_idempotent_per_record(store: StateStore) -> None
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     store.dead_letters.append([
         {"key": b"k1", "value": b"v1", "headers": [("trace", b"x"), ("empty", None)], "topic": "orders",
-         "partition": 0, "offset": 10, "delivery_count": 5, "reason": "limit", "time": when},
+         "partition": 0, "offset": 10, "delivery_count": 5, "reason": "limit", "time": when, "group_id": "q"},
         {"key": None, "value": b"v2", "headers": [], "topic": "orders", "partition": 0, "offset": 11,
-         "delivery_count": 1, "reason": "rejected", "time": 1_767_323_045_000},
+         "delivery_count": 1, "reason": "rejected", "time": 1_767_323_045_000, "group_id": "q"},
     ])
     again = pa.table({"topic": ["orders", "orders"], "partition": [0, 1], "offset": [10, 10],
-                      "value": [b"other", b"v3"], "reason": ["again", "new"], "time": [0, 1_767_323_045_000]})
+                      "value": [b"other", b"v3"], "reason": ["again", "new"], "time": [0, 1_767_323_045_000],
+                      "group_id": ["q", "q"]})
     store.dead_letters.append(again)
     rows = sorted(store.dead_letters.read().to_pylist(), key=lambda r: (r["partition"], r["offset"]))
     assert [(r["partition"], r["offset"], r["value"], r["reason"]) for r in rows] == [
@@ -210,7 +211,7 @@ def test_tables_keep_a_protocol_delta_spark_reads(store: StateStore) -> None:
     store.ledger.write_epoch(entry(1))
     store.decisions.record("q", 1, [("orders", 0, 10, "REJECT", "bad")])
     store.share_state.acquire("orders", 0, "a", 1, now_ms=0, log_end_offset=1)
-    store.dead_letters.append([{"topic": "orders", "partition": 0, "offset": 10, "value": b"v"}])
+    store.dead_letters.append([{"topic": "orders", "partition": 0, "offset": 10, "value": b"v", "group_id": "q"}])
     store.progress.append("q", "run", dict.fromkeys(COUNTERS, 0))
     store.maintain()
     for name in ("ledger", "decisions", "share_state", "dead_letters", "progress"):

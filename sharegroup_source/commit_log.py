@@ -1,0 +1,107 @@
+"""Spark's commit log, read by the driver: how far the query has committed, in epochs.
+
+Spark tells a source that batch N is committed only when it builds batch N+1, one trigger
+interval later; an acquisition lock shorter than that interval runs out first, and a query
+stopped in between never says it at all. The checkpoint says it at once: Spark writes
+``commits/N`` when batch N is done, and ``offsets/N`` holds the batch's end offsets, ours
+among them. With the source option ``checkpointLocation`` the driver watches ``commits/`` and
+acknowledges each epoch as its batch's commit appears.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from pyarrow import fs
+
+__all__ = ["CommitLog", "CommitWatcher"]
+
+log = logging.getLogger(__name__)
+
+#: How often the watcher looks for a new commit: acknowledgement follows a commit within this.
+WATCH_INTERVAL_S = 0.2
+
+
+class CommitLog:
+    """The ``commits/`` and ``offsets/`` folders of one checkpoint (a path or a URI)."""
+
+    def __init__(self, checkpoint_location: str):
+        location = checkpoint_location.rstrip("/")
+        if location.startswith("dbfs:/"):  # Databricks mounts DBFS on the driver at /dbfs
+            location = "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
+        self._fs, self._root = fs.FileSystem.from_uri(location) if "://" in location else (
+            fs.LocalFileSystem(), location)
+        self._batch = -1
+        self._epoch: int | None = None
+
+    def committed_epoch(self) -> int | None:
+        """The epoch that ends the newest committed batch; None before the first commit.
+
+        A batch Spark ran on no new data (it runs batch 0 even then) ends where the one before it did.
+        """
+        newest = self._newest_commit()
+        if newest is not None and newest > self._batch:
+            epoch = self._end_epoch(newest)
+            self._batch = newest
+            self._epoch = epoch if epoch is not None else self._epoch
+        return self._epoch
+
+    def _newest_commit(self) -> int | None:
+        try:
+            infos = self._fs.get_file_info(fs.FileSelector(f"{self._root}/commits", allow_not_found=True))
+        except OSError as error:
+            log.warning("cannot list the commit log at %s/commits: %s", self._root, error)
+            return None
+        batches = [int(i.base_name) for i in infos if i.type == fs.FileType.File and i.base_name.isdigit()]
+        return max(batches, default=None)
+
+    def _end_epoch(self, batch: int) -> int | None:
+        """Our end offset in ``offsets/<batch>``: after the version and metadata lines, one per source."""
+        with self._fs.open_input_stream(f"{self._root}/offsets/{batch}") as stream:
+            lines = stream.read().decode().splitlines()[2:]
+        ours = []
+        for line in lines:
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue  # another source's offset, or "-" for a source without one
+            if isinstance(offset, dict) and offset.keys() == {"epoch"}:
+                ours.append(int(offset["epoch"]))
+        if len(ours) > 1:
+            raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: "
+                             "checkpointLocation cannot tell them apart; leave the option out")
+        return ours[0] if ours else None
+
+
+class CommitWatcher:
+    """A daemon thread that calls ``on_commit(epoch)`` whenever a newer epoch is committed."""
+
+    def __init__(self, commit_log: CommitLog, on_commit: Callable[[int], None]):
+        self._log = commit_log
+        self._on_commit = on_commit
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sharegroup-commit-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen: int | None = None
+        while not self._stopped.wait(WATCH_INTERVAL_S):
+            try:
+                epoch = self._log.committed_epoch()
+            except ValueError as error:
+                log.warning("%s; acknowledgements wait for the next trigger", error)
+                return
+            if epoch is None or epoch == seen:
+                continue
+            try:
+                self._on_commit(epoch)
+                seen = epoch
+            except Exception:  # logged, not raised: the next trigger acknowledges the epoch anyway
+                log.exception("acknowledging epoch %d after Spark's commit failed", epoch)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sharegroup_source.progress import SourceCounters
 from sharegroup_source.share_client import Ack, AckResult, AckType, ShareClient
-from state_store import LedgerEntry, StateStore
+from state_store import FencedError, LedgerEntry, StateStore
 
 __all__ = ["Acknowledger"]
 
@@ -90,7 +90,10 @@ class Acknowledger:
         acks = [Ack(r.topic, r.partition, o, AckType.RELEASE) for e in entries for r in e.ranges for o in r.offsets()]
         if acks:
             # status first: if the process dies before the acks leave, the locks expire anyway
-            self._set_statuses({e.epoch: "RELEASED" for e in entries})
+            try:
+                self._set_statuses({e.epoch: "RELEASED" for e in entries})
+            except FencedError as fenced:  # the records go back all the same: no other run holds them
+                log.warning("%s", fenced)
             self.send(acks)
 
     def send(self, acks: list[Ack]) -> set[tuple[str, int]]:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from confluent_kafka import Message
 
+from sharegroup_source.schema import record_bytes
+
 __all__ = ["Backlog"]
 
 
@@ -39,8 +41,16 @@ class Backlog:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return now_ms - self.acquired_at_ms < self._lock_duration_ms / 2
 
-    def take(self, limit: int | None) -> list[Message]:
-        cut = len(self._records) if limit is None else limit
+    def take(self, limit: int | None, max_bytes: int | None = None) -> list[Message]:
+        """The next epoch: at most ``limit`` records and ``max_bytes`` bytes, but at least one record."""
+        cut = len(self._records) if limit is None else min(limit, len(self._records))
+        if max_bytes is not None:
+            size = 0
+            for at, record in enumerate(self._records[:cut]):
+                size += record_bytes(record)
+                if size > max_bytes and at > 0:
+                    cut = at
+                    break
         taken, self._records = self._records[:cut], self._records[cut:]
         return taken
 

@@ -68,7 +68,7 @@ class CommitLog:
                 offset = json.loads(line)
             except ValueError:
                 continue  # another source's offset, or "-" for a source without one
-            if isinstance(offset, dict) and offset.keys() == {"epoch"}:
+            if isinstance(offset, dict) and "epoch" in offset and offset.keys() <= {"epoch", "state"}:
                 ours.append(int(offset["epoch"]))
         if len(ours) > 1:
             raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: "

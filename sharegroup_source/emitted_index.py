@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from state_store import LedgerEntry
+from state_store import LedgerEntry, OffsetRange
 
 __all__ = ["EmittedIndex"]
 
@@ -20,7 +20,7 @@ class EmittedIndex:
         # per (topic, partition), sorted by first offset: firsts, (last, gaps, epoch), and the
         # running maximum of ``last`` so a lookup stops as soon as no earlier range can reach
         self._firsts: dict[tuple[str, int], list[int]] = {}
-        self._ranges: dict[tuple[str, int], list[tuple[int, frozenset[int], int]]] = {}
+        self._ranges: dict[tuple[str, int], list[tuple[int, OffsetRange, int]]] = {}
         self._reach: dict[tuple[str, int], list[int]] = {}
         for entry in entries:
             self.add(entry)
@@ -32,7 +32,7 @@ class EmittedIndex:
             ranges = self._ranges.setdefault(key, [])
             at = bisect.bisect_right(firsts, r.first)
             firsts.insert(at, r.first)
-            ranges.insert(at, (r.last, frozenset(r.gaps), entry.epoch))
+            ranges.insert(at, (r.last, r, entry.epoch))
             self._recompute_reach(key, at)
 
     def remove_epoch(self, epoch: int) -> None:
@@ -59,8 +59,8 @@ class EmittedIndex:
         at = bisect.bisect_right(firsts, offset) - 1
         found = None
         while at >= 0 and reach[at] >= offset:
-            last, gaps, epoch = ranges[at]
-            if offset <= last and offset not in gaps and (found is None or epoch > found):
+            last, held, epoch = ranges[at]
+            if offset <= last and held.contains(offset) and (found is None or epoch > found):
                 found = epoch
             at -= 1
         return found

@@ -11,6 +11,7 @@ committed before it releases the rest.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -24,14 +25,14 @@ from sharegroup_source.acknowledger import Acknowledger
 from sharegroup_source.backlog import Backlog
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.emitted_index import EmittedIndex
-from sharegroup_source.handover import await_previous_member
+from sharegroup_source.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
 from sharegroup_source.progress import SourceCounters
-from sharegroup_source.schema import records_to_arrow, to_ipc
+from sharegroup_source.schema import record_bytes, records_to_arrow, row_bytes, to_ipc
 from sharegroup_source.share_client import Ack, AckType, ShareClient
-from state_store import LedgerEntry, OffsetRange, StateStore
+from state_store import FencedError, LedgerEntry, OffsetRange, StateStore
 
 __all__ = ["MicroBatchDriver", "StateMismatchError"]
 
@@ -56,7 +57,9 @@ class StateMismatchError(RuntimeError):
 
 
 class MicroBatchDriver:
-    def __init__(self, options: SourceOptions):
+    """``handover_timeout_s``: how long a run waits for the previous run's member to leave."""
+
+    def __init__(self, options: SourceOptions, handover_timeout_s: float = HANDOVER_TIMEOUT_S):
         self._options = options
         self._query_id = options.group_id
         self._run_id = uuid.uuid4().hex
@@ -64,7 +67,9 @@ class MicroBatchDriver:
                                 storage_options=dict(options.storage_options))
         self.counters = SourceCounters()
         # the previous run's stop writes its releases: read the ledger only once it has left
-        await_previous_member(self.store.progress, self._query_id)
+        await_previous_member(self.store.progress, self._query_id, handover_timeout_s)
+        # from here on a run still writing (a zombie driver, another host) fails at its next write
+        self._fence = self.store.ledger.fence(self._query_id, self._run_id)
         # epochs this run's member acquired and has not settled, with their payload
         self._held: dict[int, LedgerEntry] = {}
         self._payload: dict[int, pa.Table] = {}
@@ -90,6 +95,7 @@ class MicroBatchDriver:
         self._assigned = False  # true once the member surely has its partitions: after its first acquisition
         # Spark's calls and the commit watcher share the member: one at a time
         self._lock = threading.RLock()
+        self._stopped = False
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
@@ -116,27 +122,62 @@ class MicroBatchDriver:
 
     def _latest_offset(self, start: Mapping, max_records: int | None) -> dict:
         start_epoch = int(start["epoch"])
+        self._check_state_belongs(start)
         self.settle_through(start_epoch)
         next_epoch = start_epoch + 1
         ledgered = self.store.ledger.get(self._query_id, next_epoch)
-        if ledgered is not None:
-            if ledgered.status in SETTLED:
-                raise StateMismatchError(
-                    f"stateLocation={self._options.state_location_shown} already settled epoch {next_epoch}, which "
-                    f"this checkpoint has not started: each checkpoint needs its own stateLocation")
-            return {"epoch": next_epoch}  # ledgered by an earlier run before Spark logged it: same epoch again
+        if ledgered is not None and ledgered.status in SETTLED:
+            raise StateMismatchError(
+                f"stateLocation={self._options.state_location_shown} already settled epoch {next_epoch}, which "
+                f"this checkpoint has not started: each checkpoint needs its own stateLocation")
+        if ledgered is not None and ledgered.status != "RELEASED":
+            return self._offset(next_epoch)  # ledgered by an earlier run before Spark logged it: same epoch again
+        # a RELEASED epoch Spark never logged gave its records back: the epoch is acquired anew
         fresh, acquired_at_ms = self._acquire(max_records)
         if not fresh:
             return dict(start)
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
-        self.store.ledger.write_epoch(entry)
+        try:
+            kept = self.store.ledger.write_epoch(entry, replace_released=True)
+        except FencedError:
+            self._acks.send(_releases(fresh))
+            raise
+        if kept.member_id != self._run_id:
+            self._acks.send(_releases(fresh))
+            raise FencedError(f"query {self._query_id!r}: epoch {next_epoch} was ledgered by run {kept.member_id} "
+                              f"while this run ({self._run_id}) acquired it: two drivers use stateLocation="
+                              f"{self._options.state_location_shown}; this run gave its records back and stops")
+        self._released.pop(next_epoch, None)
         self._held[next_epoch] = entry
         # headers are kept even when not emitted: a rejected record's dead letter needs them
         self._payload[next_epoch] = records_to_arrow(fresh, next_epoch, include_headers=True)
         self._emitted.add(entry)
         self.counters.acquired += len(fresh)
         self.counters.epochs += 1
-        return {"epoch": next_epoch}
+        return self._offset(next_epoch)
+
+    def _offset(self, epoch: int) -> dict:
+        """An offset names the state it belongs to, so a checkpoint can never be paired with another state."""
+        return {"epoch": epoch, "state": self._fence.state_id}
+
+    def _check_state_belongs(self, start: Mapping) -> None:
+        """Refuse a checkpoint whose offsets this state location cannot have produced."""
+        epoch, state = int(start["epoch"]), start.get("state")
+        where = f"stateLocation={self._options.state_location_shown}"
+        if state is not None and state != self._fence.state_id:
+            raise StateMismatchError(
+                f"the checkpoint's offsets belong to state {state}, but {where} holds state {self._fence.state_id}: "
+                "the state location was replaced, or another query's checkpoint is used; each checkpoint needs "
+                "the stateLocation it started with")
+        if epoch > 0 and self.store.ledger.get(self._query_id, epoch) is None:
+            raise StateMismatchError(
+                f"the checkpoint resumes after epoch {epoch}, which {where} does not hold: was the state "
+                "location deleted or replaced? Restore it, or start a new checkpoint with a new stateLocation")
+        newest = self.store.ledger.max_epoch(self._query_id)
+        if epoch == 0 and newest is not None and newest > 1:
+            raise StateMismatchError(
+                f"a new checkpoint starts on {where}, which already holds epochs up to {newest} of group "
+                f"{self._query_id!r}: each checkpoint needs its own stateLocation")
 
     def plan(self, start: Mapping, end: Mapping) -> list:
         with self._lock:
@@ -194,10 +235,13 @@ class MicroBatchDriver:
             self.counters.ack_failures += sum(e.record_count for e in foreign)
 
     def stop(self) -> None:
+        """Give back what is held and leave the group; once, however often it is called."""
         if self._watcher is not None:
             self._watcher.stop()
         with self._lock:
-            self._stop()
+            if not self._stopped:
+                self._stopped = True
+                self._stop()
 
     def _stop(self) -> None:
         try:
@@ -235,7 +279,8 @@ class MicroBatchDriver:
         """
         if self._backlog:
             if self._backlog.fresh():
-                return self._backlog.take(max_records), self._backlog.acquired_at_ms
+                taken = self._backlog.take(max_records, self._options.max_bytes_per_trigger)
+                return taken, self._backlog.acquired_at_ms
             self._acks.send(_releases(self._backlog.give_back()))
         if self._past_target:
             return [], int(time.time() * 1000)
@@ -259,6 +304,8 @@ class MicroBatchDriver:
         back; records past the read limit wait in the backlog for the next epochs.
         """
         fresh: list[Message] = []
+        fresh_bytes = 0
+        max_bytes = self._options.max_bytes_per_trigger
         surplus: list[Message] = []
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
@@ -277,10 +324,12 @@ class MicroBatchDriver:
             elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
                 self._past_target = True
-            elif max_records is not None and len(fresh) >= max_records:
+            elif surplus or (max_records is not None and len(fresh) >= max_records) or (
+                    max_bytes is not None and fresh and fresh_bytes + record_bytes(record) > max_bytes):
                 surplus.append(record)
             else:
                 fresh.append(record)
+                fresh_bytes += record_bytes(record)
         if rejected:
             dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
             self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)
@@ -303,22 +352,26 @@ class MicroBatchDriver:
         by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for r in records:
             by_partition.setdefault((r.topic(), r.partition()), []).append((r.offset(), r.delivery_count() or 1))
-        ranges = []
-        for (topic, partition), pairs in sorted(by_partition.items()):
-            pairs.sort()
-            offsets = [o for o, _ in pairs]
-            present = set(offsets)
-            gaps = tuple(o for o in range(offsets[0], offsets[-1] + 1) if o not in present)
-            ranges.append(OffsetRange(topic, partition, offsets[0], offsets[-1], gaps, tuple(c for _, c in pairs)))
-        return LedgerEntry(self._query_id, epoch, tuple(ranges), self._run_id, acquired_at_ms,
+        ranges = tuple(OffsetRange.of(topic, partition, sorted(pairs))
+                       for (topic, partition), pairs in sorted(by_partition.items()))
+        return LedgerEntry(self._query_id, epoch, ranges, self._run_id, acquired_at_ms,
                            acquired_at_ms + self._options.lock_duration_ms, "ACQUIRED")
 
     def _payload_partitions(self, epoch: int, table: pa.Table) -> list[PayloadPartition]:
+        """Tasks of at most maxRecordsPerPartition records and maxBytesPerPartition bytes (a larger
+        record alone): a task travels to its executor in one RPC message, which Spark caps."""
         table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         if not self._options.include_headers:
             table = table.drop_columns(["headers"])
-        size = self._options.max_records_per_partition
-        return [PayloadPartition(epoch, to_ipc(table.slice(at, size))) for at in range(0, table.num_rows, size)]
+        cuts, count, size = [0], 0, 0
+        for row, weight in enumerate(row_bytes(table)):
+            if count and (count == self._options.max_records_per_partition or
+                          size + weight > self._options.max_bytes_per_partition):
+                cuts.append(row)
+                count, size = 0, 0
+            count, size = count + 1, size + weight
+        cuts.append(table.num_rows)
+        return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a))) for a, b in itertools.pairwise(cuts) if b > a]
 
     def _replay_partitions(self, entry: LedgerEntry) -> list[ReplayPartition]:
         size = self._options.max_records_per_partition

@@ -22,11 +22,13 @@ COORDINATORS = ("broker", "delta")
 _KAFKA_PREFIX = "kafka."
 _STORAGE_PREFIX = "statestorage."
 _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
-               "maxRecordsPerPartition", "includeHeaders", "maxDeliveries", "deadLetterLocation", "failOnDataLoss",
-               "coordinator", "pollTimeoutMs", "lockDurationMs", "checkpointLocation", "kafka.*",
-               "stateStorage.*")
+               "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition", "includeHeaders",
+               "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator", "pollTimeoutMs",
+               "lockDurationMs", "checkpointLocation", "kafka.*", "stateStorage.*")
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
+_INT64_MAX = 2**63 - 1
+DEFAULT_MAX_BYTES_PER_PARTITION = 32 * 1024 * 1024
 #: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
 #: previous epoch's locks (30 s by default) run out while the driver waits.
 _POLL_TIMEOUT_MAX_MS = 60_000
@@ -49,6 +51,11 @@ class SourceOptions:
     state_location: str
     max_records_per_trigger: int | None = None
     max_records_per_partition: int = 10_000
+    #: key, value and header bytes per micro-batch (Spark's maxBytesPerTrigger), unbounded by default
+    max_bytes_per_trigger: int | None = None
+    #: key, value and header bytes per Spark task: a task travels in one RPC message, which Spark
+    #: caps at spark.rpc.message.maxSize (128 MiB by default); a record larger than this gets a task alone
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     include_headers: bool = False
     max_deliveries: int | None = None
     dead_letter_location: str | None = None
@@ -95,6 +102,8 @@ class SourceOptions:
             state_location=_required(lowered, "stateLocation"),
             max_records_per_trigger=_positive(lowered, "maxRecordsPerTrigger", None),
             max_records_per_partition=_positive(lowered, "maxRecordsPerPartition", 10_000),
+            max_bytes_per_trigger=_positive(lowered, "maxBytesPerTrigger", None, maximum=_INT64_MAX),
+            max_bytes_per_partition=_positive(lowered, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
             include_headers=_boolean(lowered, "includeHeaders", False),
             max_deliveries=_positive(lowered, "maxDeliveries", None),
             dead_letter_location=_optional_location(lowered, "deadLetterLocation"),

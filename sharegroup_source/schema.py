@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Message
 from pyspark.sql.types import (
     ArrayType,
@@ -21,7 +22,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["arrow_schema", "from_ipc", "records_to_arrow", "spark_schema", "to_ipc"]
+__all__ = ["arrow_schema", "from_ipc", "record_bytes", "records_to_arrow", "row_bytes", "spark_schema", "to_ipc"]
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
@@ -99,3 +100,25 @@ def to_ipc(table: pa.Table) -> bytes:
 
 def from_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
+
+
+def record_bytes(record: Message) -> int:
+    """What a record weighs in a batch: its key, value and headers (maxBytesPerTrigger counts these)."""
+    headers = sum(len(k) + len(v or b"") for k, v in record.headers() or ())
+    return len(record.key() or b"") + len(record.value() or b"") + headers
+
+
+def row_bytes(table: pa.Table) -> list[int]:
+    """``record_bytes`` of every row of an output table, from its key, value and (if present) headers."""
+    sizes = pc.add(pc.fill_null(pc.binary_length(table.column("key")), 0),
+                   pc.fill_null(pc.binary_length(table.column("value")), 0))
+    if "headers" in table.column_names:
+        headers = table.column("headers").combine_chunks()
+        flat = pc.list_flatten(headers)
+        pair = pc.add(pc.fill_null(pc.binary_length(flat.field("key")), 0),
+                      pc.fill_null(pc.binary_length(flat.field("value")), 0))
+        per_row = [0] * table.num_rows
+        for row, size in zip(pc.list_parent_indices(headers).to_pylist(), pair.to_pylist(), strict=True):
+            per_row[row] += size
+        sizes = pc.add(sizes, pa.array(per_row, pa.int64()))
+    return sizes.to_pylist()

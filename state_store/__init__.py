@@ -8,8 +8,8 @@ executor Python workers (which have no SparkSession) and in plain processes alik
 from state_store.dead_letters import DeadLetters
 from state_store.decisions import Decisions
 from state_store.delta_table import Footprint
-from state_store.errors import StateStoreError
-from state_store.ledger import STATUSES, Ledger, LedgerEntry, OffsetRange
+from state_store.errors import FencedError, StateStoreError
+from state_store.ledger import STATUSES, Fence, Ledger, LedgerEntry, OffsetRange
 from state_store.progress import ProgressTable
 from state_store.share_partition import (
     AckType,
@@ -32,6 +32,8 @@ __all__ = [
     "Acquisition",
     "DeadLetters",
     "Decisions",
+    "Fence",
+    "FencedError",
     "Footprint",
     "InvalidRecordStateError",
     "Ledger",

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["StateStoreError"]
+__all__ = ["FencedError", "StateStoreError"]
 
 
 class StateStoreError(RuntimeError):
     """A state table is missing, corrupt, of another schema, unwritable, or too contended.
 
     The message names the table's path and what is wrong with it.
+    """
+
+
+class FencedError(StateStoreError):
+    """A newer run of the same query took over the state: this run may no longer write to it.
+
+    Two drivers on one ``stateLocation`` would each acquire and ledger epochs; fencing lets
+    only the newest one write, so the older one fails instead of duplicating records.
     """

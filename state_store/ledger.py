@@ -5,21 +5,29 @@ redelivered record this query already emitted. Rows are only appended: an epoch'
 then one small row per status change, the latest commit winning. Appends never rewrite the file
 that holds an epoch, so a status change costs one tiny commit; maintenance folds each epoch back
 into one row and drops old settled epochs.
+
+Each run of a query first appends a FENCE row with the next generation; from then on every write
+this Ledger makes for the query checks, inside its compare-and-swap commit, that no newer run has
+fenced it. The first run's id names the state for good: offsets carry it, so a checkpoint and a
+state location that do not belong together are told apart.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from state_store.delta_table import Snapshot, StateTable, Write
-from state_store.errors import StateStoreError
+from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["LEDGER_SCHEMA", "SETTLED_STATUSES", "STATUSES", "Ledger", "LedgerEntry", "OffsetRange"]
+__all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED_STATUSES", "STATUSES", "Fence", "Ledger", "LedgerEntry",
+           "OffsetRange"]
 
 STATUSES = ("ACQUIRED", "EMITTED", "ACKED", "ACK_FAILED", "RELEASED")
 #: Statuses after which the epoch's records are no longer held by this query.
@@ -36,8 +44,8 @@ _RANGE = pa.struct([
 
 LEDGER_SCHEMA = pa.schema([
     pa.field("query_id", pa.string(), nullable=False),
-    pa.field("epoch", pa.int64(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),  # ENTRY (carries the ranges) or STATUS
+    pa.field("epoch", pa.int64(), nullable=False),  # a FENCE row's generation
+    pa.field("kind", pa.string(), nullable=False),  # ENTRY (carries the ranges), STATUS or FENCE
     pa.field("status", pa.string(), nullable=False),
     pa.field("commit_version", pa.int64(), nullable=False),  # the Delta version that added the row
     pa.field("updated_at_ms", pa.int64(), nullable=False),
@@ -45,39 +53,78 @@ LEDGER_SCHEMA = pa.schema([
     pa.field("acquired_at_ms", pa.int64()),
     pa.field("lock_deadline_ms", pa.int64()),
     pa.field("ranges", pa.list_(_RANGE)),
+    # null: gaps list every missing offset and delivery_counts has one count per record (the first
+    # versions); 2: gaps are flattened inclusive runs [start, end, ...] and delivery_counts flattened
+    # [position in the range, count, ...] pairs for counts other than 1
+    pa.field("ranges_encoding", pa.int32()),
 ])
+#: Columns later versions added: an older ledger table gains them with its next write.
+LEDGER_ADDED_COLUMNS = ("ranges_encoding",)
+_RUNS = 2
 
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """Records of one epoch in one topic-partition: ``first..last`` minus ``gaps``."""
+    """Records of one epoch in one topic-partition: ``first..last`` minus the ``gaps``.
+
+    Sized by its holes, not its offsets: an epoch of a compacted topic (10,000 records over a
+    million offsets) is 10,000 gap runs, and delivery counts are kept only where they are not 1.
+    """
 
     topic: str
     partition: int
     first: int
     last: int
-    gaps: tuple[int, ...] = ()  # offsets in [first, last] NOT in this epoch
-    delivery_counts: tuple[int, ...] = ()  # one per offset present, ascending offset order
+    gaps: tuple[tuple[int, int], ...] = ()  # inclusive runs of offsets inside (first, last) NOT in this epoch
+    redelivered: tuple[tuple[int, int], ...] = ()  # (offset, delivery count) where the count is not 1
 
     def __post_init__(self) -> None:
-        if self.first > self.last:
-            raise ValueError(f"offset range {self.topic}[{self.partition}] {self.first}-{self.last} is empty")
         where = f"{self.topic}[{self.partition}] {self.first}-{self.last}"
-        inside = all(self.first < g < self.last for g in self.gaps)
-        if list(self.gaps) != sorted(set(self.gaps)) or not inside:
-            raise ValueError(f"gaps of {where} must be ascending, unique and strictly inside it: {self.gaps}")
-        if self.delivery_counts and len(self.delivery_counts) != self.record_count:
-            raise ValueError(f"{where} holds {self.record_count} records but has "
-                             f"{len(self.delivery_counts)} delivery counts")
+        if self.first > self.last:
+            raise ValueError(f"offset range {where} is empty")
+        present = self.first  # an offset just before the next gap that must be in the range
+        for start, end in self.gaps:
+            if not present < start <= end < self.last:
+                raise ValueError(f"gaps of {where} must be ascending, apart and strictly inside it: "
+                                 f"{start}-{end} after {present}")
+            present = end + 1
+        if any(not self.contains(o) or c == 1 for o, c in self.redelivered) or \
+                [o for o, _ in self.redelivered] != sorted({o for o, _ in self.redelivered}):
+            raise ValueError(f"delivery counts of {where} must name its offsets once, ascending, "
+                             f"with counts other than 1: {self.redelivered[:10]}")
+
+    @classmethod
+    def of(cls, topic: str, partition: int, records: Sequence[tuple[int, int]]) -> OffsetRange:
+        """The range of ``records``: (offset, delivery count) pairs in ascending offset order."""
+        gaps = tuple((a + 1, b - 1) for (a, _), (b, _) in itertools.pairwise(records) if b > a + 1)
+        redelivered = tuple((o, c) for o, c in records if c != 1)
+        return cls(topic, partition, records[0][0], records[-1][0], gaps, redelivered)
 
     def offsets(self) -> list[int]:
         """The offsets present, ascending."""
-        missing = set(self.gaps)
-        return [o for o in range(self.first, self.last + 1) if o not in missing]
+        out: list[int] = []
+        start = self.first
+        for gap_start, gap_end in self.gaps:
+            out.extend(range(start, gap_start))
+            start = gap_end + 1
+        out.extend(range(start, self.last + 1))
+        return out
+
+    def contains(self, offset: int) -> bool:
+        if not self.first <= offset <= self.last:
+            return False
+        at = bisect.bisect_right(self.gaps, (offset, float("inf"))) - 1
+        return at < 0 or offset > self.gaps[at][1]
+
+    @property
+    def delivery_counts(self) -> tuple[int, ...]:
+        """One count per offset present, in ascending offset order."""
+        counts = dict(self.redelivered)
+        return tuple(counts.get(o, 1) for o in self.offsets())
 
     @property
     def record_count(self) -> int:
-        return self.last - self.first + 1 - len(self.gaps)
+        return self.last - self.first + 1 - sum(end - start + 1 for start, end in self.gaps)
 
 
 @dataclass(frozen=True)
@@ -101,20 +148,67 @@ class LedgerEntry:
         return sum(r.record_count for r in self.ranges)
 
 
+@dataclass(frozen=True)
+class Fence:
+    """A run's claim on a query's state: its generation, and the id of the state itself."""
+
+    generation: int
+    run_id: str
+    state_id: str  # the first run's id: constant for the life of the state
+
+
 class Ledger:
     """Epochs per query in the ``ledger`` Delta table."""
 
     def __init__(self, table: StateTable):
         self.table = table
-        self._folded: tuple[int | None, dict[str, dict[int, _Folded]]] | None = None
+        self._folded: tuple[int | None, dict[str, dict[int, _Folded]], dict[str, list[dict]]] | None = None
+        self._fences: dict[str, Fence] = {}  # the runs this Ledger writes for, per query
 
-    def write_epoch(self, entry: LedgerEntry) -> LedgerEntry:
+    def fence(self, query_id: str, run_id: str) -> Fence:
+        """Claim the query's state for ``run_id``: earlier runs' writes fail from now on."""
+        claimed: list[Fence] = []
+
+        def plan(snapshot: Snapshot) -> Write:
+            fences = self._fence_rows(snapshot).get(query_id, [])
+            generation = fences[-1]["epoch"] + 1 if fences else 1
+            state_id = fences[0]["member_id"] if fences else run_id
+            claimed[:] = [Fence(generation, run_id, state_id)]
+            row = {"query_id": query_id, "epoch": generation, "kind": "FENCE", "status": "ACQUIRED",
+                   "commit_version": snapshot.next_version, "updated_at_ms": _now_ms(), "member_id": run_id}
+            return Write(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA))
+
+        self.table.commit(plan)
+        self._fences[query_id] = claimed[0]
+        return claimed[0]
+
+    def state_id(self, query_id: str) -> str | None:
+        """The id of the query's state (its first run's id), None before any run fenced."""
+        fences = self._fence_rows(self.table.snapshot()).get(query_id)
+        return fences[0]["member_id"] if fences else None
+
+    def _check_fence(self, snapshot: Snapshot, query_id: str) -> None:
+        mine = self._fences.get(query_id)
+        if mine is None:
+            return
+        latest = self._fence_rows(snapshot).get(query_id, [])[-1]
+        if latest["epoch"] != mine.generation:
+            raise FencedError(
+                f"query {query_id!r}: run {mine.run_id} was fenced by run {latest['member_id']} (generation "
+                f"{latest['epoch']}), which took over stateLocation {self.table.uri!r}: two drivers ran one query "
+                "state at once; this one stops writing")
+
+    def write_epoch(self, entry: LedgerEntry, *, replace_released: bool = False) -> LedgerEntry:
         """Record ``entry`` unless its (query, epoch) is already there; returns the entry that holds.
 
-        Idempotent: a repeated or concurrent write of the same epoch keeps the first one.
+        Idempotent: a repeated or concurrent write of the same epoch keeps the first one. With
+        ``replace_released`` an epoch whose records were RELEASED is written anew: Spark never
+        logged it, and its records went back to the group.
         """
         def plan(snapshot: Snapshot) -> Write | None:
-            if entry.epoch in self._fold(snapshot).get(entry.query_id, {}):
+            self._check_fence(snapshot, entry.query_id)
+            held = self._fold(snapshot).get(entry.query_id, {}).get(entry.epoch)
+            if held is not None and not (replace_released and held.status == "RELEASED"):
                 return None
             row = _entry_row(entry, snapshot.next_version, _now_ms())
             return Write(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA))
@@ -146,6 +240,7 @@ class Ledger:
         wanted = sorted(set(epochs))
 
         def plan(snapshot: Snapshot) -> Write | None:
+            self._check_fence(snapshot, query_id)
             folded = self._fold(snapshot).get(query_id, {})
             unknown = [e for e in wanted if e not in folded]
             if unknown:
@@ -182,6 +277,8 @@ class Ledger:
                 kept = sorted(set(newest) | unsettled)
                 horizons[query_id] = kept[0]
                 rows += [folded[e].folded_row() for e in kept]
+            for fences in self._fence_rows(snapshot).values():  # the state's id and the current run
+                rows += [fences[0]] if len(fences) == 1 else [fences[0], fences[-1]]
             if len(rows) == len(snapshot.rows()):
                 return None  # already one row per kept epoch: nothing to fold or drop
             return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
@@ -191,18 +288,31 @@ class Ledger:
 
     def _fold(self, snapshot: Snapshot) -> dict[str, dict[int, _Folded]]:
         """Per query and epoch: its entry row and latest status (cached per table version)."""
+        return self._read(snapshot)[1]
+
+    def _fence_rows(self, snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
+        """Per query, its FENCE rows by generation."""
+        return self._read(snapshot)[2]
+
+    def _read(self, snapshot: Snapshot) -> tuple[int | None, dict[str, dict[int, _Folded]], dict[str, list[dict]]]:
         if self._folded is not None and self._folded[0] == snapshot.version and snapshot.version is not None:
-            return self._folded[1]
+            return self._folded
         out: dict[str, dict[int, _Folded]] = {}
+        fences: dict[str, list[dict[str, Any]]] = {}
         for row in snapshot.rows():
+            if row["kind"] == "FENCE":
+                fences.setdefault(row["query_id"], []).append(row)
+                continue
             epochs = out.setdefault(row["query_id"], {})
             folded = epochs.get(row["epoch"])
             if folded is None:
                 epochs[row["epoch"]] = folded = _Folded()
             folded.add(row)
         out = {q: {e: f for e, f in epochs.items() if f.row is not None} for q, epochs in out.items()}
-        self._folded = (snapshot.version, out)
-        return out
+        for rows in fences.values():
+            rows.sort(key=lambda r: r["epoch"])
+        self._folded = (snapshot.version, out, fences)
+        return self._folded
 
 
 class _Folded:
@@ -217,9 +327,11 @@ class _Folded:
         self._entry: LedgerEntry | None = None
 
     def add(self, row: dict[str, Any]) -> None:
-        first = self.row is None or row["commit_version"] < self.row["commit_version"]
-        if row["kind"] == "ENTRY" and first:
+        # the latest entry holds: an epoch is written again only after its records were released
+        latest = self.row is None or row["commit_version"] > self.row["commit_version"]
+        if row["kind"] == "ENTRY" and latest:
             self.row = row
+            self._entry = None
         if row["commit_version"] >= self.version:
             self.version, self.status = row["commit_version"], row["status"]
 
@@ -227,9 +339,8 @@ class _Folded:
         if self._entry is None:
             row = self.row
             assert row is not None
-            ranges = tuple(OffsetRange(r["topic"], r["partition"], r["first_offset"], r["last_offset"],
-                                       tuple(r["gaps"] or ()), tuple(r["delivery_counts"] or ()))
-                           for r in row["ranges"] or ())
+            decode = _decode_runs if row.get("ranges_encoding") == _RUNS else _decode_offsets
+            ranges = tuple(decode(r) for r in row["ranges"] or ())
             self._entry = LedgerEntry(row["query_id"], row["epoch"], ranges, row["member_id"],
                                       row["acquired_at_ms"], row["lock_deadline_ms"], self.status)
         return self._entry
@@ -244,10 +355,27 @@ def _entry_row(entry: LedgerEntry, version: int, now_ms: int) -> dict[str, Any]:
         "query_id": entry.query_id, "epoch": entry.epoch, "kind": "ENTRY", "status": entry.status,
         "commit_version": version, "updated_at_ms": now_ms, "member_id": entry.member_id,
         "acquired_at_ms": entry.acquired_at_ms, "lock_deadline_ms": entry.lock_deadline_ms,
-        "ranges": [{"topic": r.topic, "partition": r.partition, "first_offset": r.first,
-                    "last_offset": r.last, "gaps": list(r.gaps), "delivery_counts": list(r.delivery_counts)}
+        "ranges": [{"topic": r.topic, "partition": r.partition, "first_offset": r.first, "last_offset": r.last,
+                    "gaps": [o for run in r.gaps for o in run],
+                    "delivery_counts": [n for o, c in r.redelivered for n in (o - r.first, c)]}
                    for r in entry.ranges],
+        "ranges_encoding": _RUNS,
     }
+
+
+def _decode_runs(r: dict[str, Any]) -> OffsetRange:
+    gaps, counts, first = r["gaps"] or [], r["delivery_counts"] or [], r["first_offset"]
+    return OffsetRange(r["topic"], r["partition"], first, r["last_offset"],
+                       tuple(zip(gaps[::2], gaps[1::2], strict=True)),
+                       tuple((first + at, c) for at, c in zip(counts[::2], counts[1::2], strict=True)))
+
+
+def _decode_offsets(r: dict[str, Any]) -> OffsetRange:
+    """A range as the first versions wrote it: every missing offset, every record's count."""
+    missing = [(o, 0) for o in r["gaps"] or ()]
+    present = sorted(set(range(r["first_offset"], r["last_offset"] + 1)) - {o for o, _ in missing})
+    counts = r["delivery_counts"] or [1] * len(present)
+    return OffsetRange.of(r["topic"], r["partition"], list(zip(present, counts, strict=True)))
 
 
 def _now_ms() -> int:

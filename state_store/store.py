@@ -20,7 +20,7 @@ from state_store.dead_letters import DeadLetters
 from state_store.decisions import DECISIONS_SCHEMA, Decisions
 from state_store.delta_table import Footprint, Retention, StateTable, file_in_the_way, local_path
 from state_store.errors import StateStoreError
-from state_store.ledger import LEDGER_SCHEMA, Ledger
+from state_store.ledger import LEDGER_ADDED_COLUMNS, LEDGER_SCHEMA, Ledger
 from state_store.progress import PROGRESS_SCHEMA, ProgressTable
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
@@ -56,11 +56,11 @@ class StateStore:
                                       "directory")
         self.location = location if "://" in location else os.path.abspath(location)
 
-        def table(name: str, schema: pa.Schema) -> StateTable:
+        def table(name: str, schema: pa.Schema, added_columns: tuple[str, ...] = ()) -> StateTable:
             return StateTable(self.location, name, schema, storage_options=storage_options,
-                              retention=Retention.state(log_retention))
+                              retention=Retention.state(log_retention), added_columns=added_columns)
 
-        self.ledger = Ledger(table("ledger", LEDGER_SCHEMA))
+        self.ledger = Ledger(table("ledger", LEDGER_SCHEMA, LEDGER_ADDED_COLUMNS))
         self.decisions = Decisions(table("decisions", DECISIONS_SCHEMA))
         self.share_state = ShareStateTable(table("share_state", SHARE_STATE_SCHEMA),
                                            share_config or ShareConfig())

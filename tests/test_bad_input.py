@@ -161,6 +161,10 @@ def _positive(value: str, top: int = INT32_MAX) -> bool | None:
     return None if 0 < int(text) <= top else False
 
 
+def _byte_count(value: str) -> bool | None:
+    return _positive(value, top=2**63 - 1)  # bytes per trigger may exceed 2 GiB
+
+
 def _poll_timeout(value: str) -> bool | None:
     return _positive(value, top=60_000)  # a longer poll would hold a trigger for minutes
 
@@ -189,6 +193,7 @@ def _anything(_value: str) -> bool:
 DOCUMENTED: dict[str, Verdict] = {
     "kafka.bootstrap.servers": _text, "kafka.group.id": _group_id, "subscribe": _topics, "stateLocation": _text,
     "maxRecordsPerTrigger": _positive, "maxRecordsPerPartition": _positive, "includeHeaders": _boolean,
+    "maxBytesPerTrigger": _byte_count, "maxBytesPerPartition": _positive,
     "failOnDataLoss": _boolean, "pollTimeoutMs": _poll_timeout, "lockDurationMs": _positive,
     "coordinator": _coordinator, "maxDeliveries": _positive, "deadLetterLocation": _blank_is_unset,
     "checkpointLocation": _blank_is_unset, "stateStorage.x": _anything,

@@ -44,8 +44,7 @@ def test_thousand_epochs_leave_a_bounded_state(tmp_path: Path) -> None:
         store.share_state.update("orders", 0, settle_and_acquire)
         for epoch in epochs:
             first = (epoch - 1) * RECORDS_PER_EPOCH
-            ranges = (OffsetRange("orders", 0, first, first + RECORDS_PER_EPOCH - 1,
-                                  delivery_counts=(1,) * RECORDS_PER_EPOCH),)
+            ranges = (OffsetRange("orders", 0, first, first + RECORDS_PER_EPOCH - 1),)
             store.ledger.write_epoch(LedgerEntry("q", epoch, ranges, "run", 0, 600_000, "ACQUIRED"))
         store.ledger.set_status("q", epochs, "ACKED")
         peak_files = max(peak_files, disk_usage(root)[0])

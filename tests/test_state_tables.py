@@ -23,13 +23,15 @@ from state_store import (
     StateStore,
     StateStoreError,
 )
+from state_store.delta_table import Write
+from state_store.ledger import LEDGER_SCHEMA
 from state_store.progress import COUNTERS
 
 
 def entry(epoch: int, member: str = "run-1", status: str = "ACQUIRED", query: str = "q") -> LedgerEntry:
-    ranges = (OffsetRange("orders", 0, epoch * 10, epoch * 10 + 4, gaps=(epoch * 10 + 2,),
-                          delivery_counts=(1, 1, 2, 1)),
-              OffsetRange("orders", 1, 7, 7, delivery_counts=(1,)))
+    ranges = (OffsetRange("orders", 0, epoch * 10, epoch * 10 + 4, gaps=((epoch * 10 + 2, epoch * 10 + 2),),
+                          redelivered=((epoch * 10 + 3, 2),)),
+              OffsetRange("orders", 1, 7, 7))
     return LedgerEntry(query, epoch, ranges, member, 1_000, 31_000, status)
 
 
@@ -77,7 +79,9 @@ def test_ledger_refuses_unknown_epochs_and_statuses(store: StateStore) -> None:
     with pytest.raises(ValueError, match="ledger status must be one of"):
         store.ledger.set_status("q", [1], "DONE")
     with pytest.raises(ValueError, match="delivery counts"):
-        OffsetRange("t", 0, 0, 3, delivery_counts=(1,))
+        OffsetRange("t", 0, 0, 3, redelivered=((5, 2),))
+    with pytest.raises(ValueError, match="gaps"):
+        OffsetRange("t", 0, 0, 3, gaps=((2, 5),))
     assert store.ledger.table.footprint().version == version
     assert store.ledger.get("q", 1).status == "ACQUIRED"
 
@@ -232,3 +236,27 @@ def test_progress_knows_whether_the_latest_runs_member_left(store: StateStore) -
     assert store.progress.member_in_group("other") is None
     store.maintain()
     assert store.progress.member_in_group("q").run_id == "run-2"
+
+
+def test_a_compacted_topic_epoch_costs_its_gaps_not_its_offsets(store: StateStore) -> None:
+    """10,000 records over 1,000,000 offsets: the row holds 10,000 gap runs, not 990,000 offsets."""
+    records = [(o, 2 if o % 100_000 == 0 else 1) for o in range(0, 1_000_000, 100)]
+    compacted = OffsetRange.of("orders", 0, records)
+    assert compacted.record_count == 10_000 and len(compacted.gaps) == 9_999 and len(compacted.redelivered) == 10
+    store.ledger.write_epoch(LedgerEntry("q", 1, (compacted,), "run-1", 0, 30_000, "ACQUIRED"))
+    assert store.ledger.table.footprint().bytes < 200_000
+    again = StateStore(store.location).ledger.get("q", 1).ranges[0]
+    assert again == compacted and again.offsets() == [o for o, _ in records]
+    assert again.delivery_counts == tuple(c for _, c in records)
+
+
+def test_ledger_rows_of_the_first_versions_still_read(store: StateStore) -> None:
+    """Before gap runs, a row listed every missing offset and every record's delivery count."""
+    row = {"query_id": "q", "epoch": 1, "kind": "ENTRY", "status": "ACKED", "commit_version": 0, "updated_at_ms": 0,
+           "member_id": "run-0", "acquired_at_ms": 0, "lock_deadline_ms": 30_000,
+           "ranges": [{"topic": "orders", "partition": 0, "first_offset": 10, "last_offset": 15,
+                       "gaps": [11, 12, 14], "delivery_counts": [1, 3, 1]}], "ranges_encoding": None}
+    store.ledger.table.commit(lambda _snapshot: Write(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA)))
+    legacy = store.ledger.get("q", 1).ranges[0]
+    assert legacy == OffsetRange("orders", 0, 10, 15, gaps=((11, 12), (14, 14)), redelivered=((13, 3),))
+    assert legacy.offsets() == [10, 13, 15]

@@ -36,8 +36,9 @@ class Acknowledger:
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
 
-    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> dict[int, str]:
-        """Acknowledge committed epochs this run holds; returns each epoch's new ledger status.
+    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> dict[int, int]:
+        """Acknowledge committed epochs this run holds; returns per epoch how many of its records'
+        acknowledgements failed (they come back from the broker).
 
         Rejected records go to the dead letters first, from the payload the driver still holds,
         so a REJECT never leaves a record nowhere.
@@ -54,13 +55,12 @@ class Acknowledger:
             if rejected and entry.epoch in payloads:
                 self.dead_letter(payloads[entry.epoch], rejected)
         failed = self.send(acks)
-        statuses = {}
+        unacknowledged = {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
+                          for entry in entries}
         for entry in entries:
-            touched = {(r.topic, r.partition) for r in entry.ranges}
-            statuses[entry.epoch] = "ACK_FAILED" if touched & failed else "ACKED"
             self._warn_on_lock_headroom(entry)
-        self._set_statuses(statuses)
-        return statuses
+        self._set_statuses({e: "ACK_FAILED" if n else "ACKED" for e, n in unacknowledged.items()})
+        return unacknowledged
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
         """Keep the rows of ``records`` (output schema, with headers) that ``reasons`` names, under this group.

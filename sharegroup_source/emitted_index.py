@@ -2,7 +2,8 @@
 
 A record whose acknowledgement was lost comes back from the broker with a higher delivery
 count. If its epoch reached the sink, emitting it again would duplicate it: the source
-acknowledges the copy instead. Ranges, not per-record sets, keep this small.
+acknowledges the copy instead. Ranges, not per-record sets, keep this small, and an epoch
+leaves the index once every record that was to come back has come back and been settled.
 """
 
 from __future__ import annotations
@@ -22,8 +23,25 @@ class EmittedIndex:
         self._firsts: dict[tuple[str, int], list[int]] = {}
         self._ranges: dict[tuple[str, int], list[tuple[int, OffsetRange, int]]] = {}
         self._reach: dict[tuple[str, int], list[int]] = {}
+        self._expected: dict[int, int] = {}  # per epoch, records that will come back
         for entry in entries:
             self.add(entry)
+
+    def expect_back(self, epoch: int, records: int) -> None:
+        """``records`` of ``epoch`` were not acknowledged: the broker will redeliver them."""
+        self._expected[epoch] = records
+
+    def came_back(self, epoch: int) -> bool:
+        """One record of ``epoch`` came back and is settled; True when it was the last one to come
+        (the epoch then leaves the index: no redelivery of it can come any more)."""
+        left = self._expected.get(epoch)
+        if left is None:
+            return False
+        if left > 1:
+            self._expected[epoch] = left - 1
+            return False
+        self.remove_epoch(epoch)
+        return True
 
     def add(self, entry: LedgerEntry) -> None:
         for r in entry.ranges:
@@ -36,6 +54,7 @@ class EmittedIndex:
             self._recompute_reach(key, at)
 
     def remove_epoch(self, epoch: int) -> None:
+        self._expected.pop(epoch, None)
         for key, ranges in self._ranges.items():
             keep = [i for i, (_, _, e) in enumerate(ranges) if e != epoch]
             if len(keep) != len(ranges):

@@ -75,6 +75,9 @@ class MicroBatchDriver:
         self._payload: dict[int, pa.Table] = {}
         live = self.store.ledger.entries(self._query_id, statuses=(*UNSETTLED, "ACK_FAILED"))
         self._emitted = EmittedIndex(live)
+        for entry in live:
+            if entry.status == "ACK_FAILED":  # how many failed is not kept: all of them, at most
+                self._emitted.expect_back(entry.epoch, entry.record_count)
         # unsettled epochs of an earlier run: their locks died with that run's member
         self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
         # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
@@ -218,11 +221,13 @@ class MicroBatchDriver:
     def settle_through(self, epoch: int) -> None:
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
         payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
-        statuses = self._acks.settle(held, payloads)
+        unacknowledged = self._acks.settle(held, payloads)
         if held and held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
             self.store.maintain()
-        for e, status in statuses.items():
-            if status == "ACKED":
+        for e, records in unacknowledged.items():
+            if records:
+                self._emitted.expect_back(e, records)
+            else:
                 self._emitted.remove_epoch(e)
                 self._decisions.pop(e, None)
         committed = [self._released.pop(e) for e in sorted(self._released) if e <= epoch]
@@ -233,6 +238,8 @@ class MicroBatchDriver:
         if foreign:
             self.store.ledger.set_status(self._query_id, [e.epoch for e in foreign], "ACK_FAILED")
             self.counters.ack_failures += sum(e.record_count for e in foreign)
+            for entry in foreign:  # their locks died with their member: every record comes back
+                self._emitted.expect_back(entry.epoch, entry.record_count)
 
     def stop(self) -> None:
         """Give back what is held and leave the group; once, however often it is called."""
@@ -309,12 +316,14 @@ class MicroBatchDriver:
         surplus: list[Message] = []
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
+        deduped: list[tuple[int, tuple[str, int, int]]] = []
         for record in records:
             key = (record.topic(), record.partition(), record.offset())
             epoch = self._emitted.epoch_of(*key)
             earlier = self._decision(epoch, key) if epoch is not None else None
             if earlier is not None and earlier[0] != "RELEASE":
                 immediate.append(Ack(*key, AckType(earlier[0])))
+                deduped.append((epoch, key))
                 self.counters.redeliveries_deduped += 1
                 if earlier[0] == "REJECT":
                     rejected[key] = earlier[1]
@@ -330,13 +339,24 @@ class MicroBatchDriver:
             else:
                 fresh.append(record)
                 fresh_bytes += record_bytes(record)
+                if epoch is not None:  # released on purpose, emitted again in a new epoch
+                    self._came_back([epoch])
         if rejected:
             dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
             self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)
-        self._acks.send(immediate)
+        failed = self._acks.send(immediate)
+        self._came_back([epoch for epoch, key in deduped if key[:2] not in failed])
         if surplus:
             self._backlog.keep(surplus, acquired_at_ms)
         return fresh
+
+    def _came_back(self, epochs: Sequence[int]) -> None:
+        """Redeliveries settled: an epoch none of whose records can come back any more is done."""
+        done = [epoch for epoch in epochs if self._emitted.came_back(epoch)]
+        for epoch in done:
+            self._decisions.pop(epoch, None)
+        if done:  # every record of theirs was acknowledged in the end
+            self.store.ledger.set_status(self._query_id, done, "ACKED")
 
     def _decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
         if epoch not in self._decisions:

@@ -37,6 +37,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
+from sharegroup_source.redaction import redact_location
 from state_store.errors import StateStoreError
 
 __all__ = ["USER_DATA_RETENTION", "Footprint", "Retention", "Snapshot", "StateTable", "Write", "local_path",
@@ -226,6 +227,7 @@ class StateTable:
                  retention: Retention | None = None, added_columns: Sequence[str] = ()):
         self.name = name
         self.uri = table_uri(root, name)
+        self.shown = redact_location(self.uri)  # for messages: no credentials, no signed query string
         self.schema = schema
         self._local = local_path(self.uri)
         self._storage_options = storage_options
@@ -291,7 +293,7 @@ class StateTable:
             if write.mode == "append":
                 self._own_append = (snapshot.next_version, data)
             return snapshot.next_version
-        raise StateStoreError(f"gave up writing the {self.name} table at {self.uri}: "
+        raise StateStoreError(f"gave up writing the {self.name} table at {self.shown}: "
                               f"{MAX_COMMIT_ATTEMPTS} concurrent commits won the race first")
 
     def maintain(self, rewrite: Callable[[Snapshot], pa.Table | None] | None = None) -> None:
@@ -376,16 +378,16 @@ class StateTable:
             if self._local is None:
                 return self._absent()
             raise StateStoreError(
-                f"the {self.name} table at {self.uri} is missing: the directory holds files but no Delta "
+                f"the {self.name} table at {self.shown} is missing: the directory holds files but no Delta "
                 f"commit in _delta_log ({_reason(exc)}); move it away or use another stateLocation") from exc
         except (DeltaError, OSError, ValueError) as exc:
-            raise StateStoreError(f"the {self.name} table at {self.uri} is corrupt: its Delta log cannot be "
+            raise StateStoreError(f"the {self.name} table at {self.shown} is corrupt: its Delta log cannot be "
                                   f"read ({_reason(exc)})") from exc
         expected = Schema.from_arrow(self.schema)
         self._missing_columns = self._lacks(dt.schema())
         if dt.schema() != expected and not self._missing_columns:
             raise StateStoreError(
-                f"the {self.name} table at {self.uri} has another schema: found columns "
+                f"the {self.name} table at {self.shown} has another schema: found columns "
                 f"({_describe(dt.schema())}), expected ({_describe(expected)}); point stateLocation at a new "
                 "directory")
         self._dt = dt
@@ -404,7 +406,7 @@ class StateTable:
     def _absent(self) -> None:
         """No table: fine before its first write, an error once this process has seen it."""
         if self._existed:
-            raise StateStoreError(f"the {self.name} table at {self.uri} is missing: it was deleted while in "
+            raise StateStoreError(f"the {self.name} table at {self.shown} is missing: it was deleted while in "
                                   "use")
         return None
 
@@ -435,14 +437,14 @@ class StateTable:
             raise self._error("cannot create", exc) from exc
         dt = self._open()
         if dt is None:
-            raise StateStoreError(f"created the {self.name} table at {self.uri} but cannot find it now")
+            raise StateStoreError(f"created the {self.name} table at {self.shown} but cannot find it now")
         return dt
 
     def _check_local_path(self) -> None:
         assert self._local is not None
         blocker = file_in_the_way(self._local)
         if blocker is not None:
-            raise StateStoreError(f"cannot use {self.uri} for the {self.name} table: {blocker} is a file, "
+            raise StateStoreError(f"cannot use {self.shown} for the {self.name} table: {blocker} is a file, "
                                   "not a directory")
 
     def _has_files(self) -> bool:
@@ -476,7 +478,8 @@ class StateTable:
         return {p: self._pieces.get(p) or self._read_piece(p) for p in paths}
 
     def _error(self, what: str, exc: BaseException) -> StateStoreError:
-        return StateStoreError(f"{what} the {self.name} table at {self.uri}: {_reason(exc)}")
+        return StateStoreError(f"{what} the {self.name} table at {self.shown}: "
+                               f"{_reason(exc).replace(self.uri, self.shown)}")
 
     def _read_piece(self, path: str) -> _Piece:
         if self._local is not None:

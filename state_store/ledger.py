@@ -195,7 +195,7 @@ class Ledger:
         if latest["epoch"] != mine.generation:
             raise FencedError(
                 f"query {query_id!r}: run {mine.run_id} was fenced by run {latest['member_id']} (generation "
-                f"{latest['epoch']}), which took over stateLocation {self.table.uri!r}: two drivers ran one query "
+                f"{latest['epoch']}), which took over the ledger at {self.table.shown}: two drivers ran one query "
                 "state at once; this one stops writing")
 
     def write_epoch(self, entry: LedgerEntry, *, replace_released: bool = False) -> LedgerEntry:
@@ -244,7 +244,7 @@ class Ledger:
             folded = self._fold(snapshot).get(query_id, {})
             unknown = [e for e in wanted if e not in folded]
             if unknown:
-                raise StateStoreError(f"the ledger at {self.table.uri} has no epochs {unknown} of query "
+                raise StateStoreError(f"the ledger at {self.table.shown} has no epochs {unknown} of query "
                                       f"{query_id!r}: cannot set them to {status}")
             changed = [e for e in wanted if folded[e].status != status]
             if not changed:

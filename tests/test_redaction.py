@@ -56,3 +56,13 @@ def test_redact_hides_credentials_inside_location_options():
     shown = redact({"stateLocation": "s3a://AKIA:hunter2@bucket/s", "deadLetterLocation": "https://h/p?sig=hunter2",
                     "subscribe": "orders"})
     assert "hunter2" not in repr(shown) and shown["subscribe"] == "orders"
+
+
+def test_state_table_messages_show_the_location_without_its_credentials(tmp_path):
+    from state_store.delta_table import StateTable
+    from state_store.ledger import LEDGER_SCHEMA
+
+    signed = StateTable("s3://AKIAEXAMPLE:hunter2@bucket/state?X-Amz-Signature=abc123", "ledger", LEDGER_SCHEMA)
+    assert "hunter2" not in signed.shown and "abc123" not in signed.shown and "bucket/state" in signed.shown
+    local = StateTable(str(tmp_path), "ledger", LEDGER_SCHEMA)
+    assert local.shown == local.uri

@@ -1,6 +1,6 @@
 """``make bench``: every figure of the source in one run, on the same records.
 
-    python -m bench [--quick] [--peers embedded,apache] [--out-dir bench/results]
+    python -m bench [--quick] [--only state] [--peers embedded,apache] [--out-dir bench/results]
 
 Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
 run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
@@ -9,9 +9,12 @@ and (4) Spark's own format("kafka") into format("noop"), with every ratio to (1)
 On the first peer also: (a) the plain loop and (b) the sharegroup query over 1..8 partitions,
 (c) the driver methods' cost per micro-batch and where it goes; (d) scaling over partitions
 and maxRecordsPerPartition; (e) the state store's cost per epoch; (f) driver memory per 10,000
-records in flight. Writes ``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with
---quick) and prints a short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the
-"apache" peer an existing Kafka 4.2+ cluster instead of a broker the bench starts.
+records in flight. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against
+10, and one compacted-topic epoch's ledger row in the current and the first encoding (``--only
+state`` measures (g) alone, in about two minutes, into ``<date>-state.*``). Writes
+``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with --quick) and prints a
+short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the "apache" peer an existing
+Kafka 4.2+ cluster instead of a broker the bench starts.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from bench.baseline import plain_share_consumer
+from bench.bounded_state import bounded_state
 from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
 from bench.driver_loop import DriverJob, measure_driver
 from bench.headline import CONSUMERS, measure_rounds, summary
 from bench.measure import median_run
 from bench.perf_tool import kafka_perf_tool
-from bench.plot import plot
-from bench.report import TARGET_RATIO, limit_note, table, write_json
+from bench.plot import plot, plot_bounded_state
+from bench.report import TARGET_RATIO, limit_note, state_only_table, table, write_json
 from bench.sizes import Sizes
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
@@ -75,10 +79,26 @@ def _say(message: str, started: float) -> None:
     print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
 
+def _bounded_state(sizes: Sizes, say: Callable[[str], None]) -> dict[str, Any]:
+    """(g), before any broker or Spark starts: the restart's time and memory are measured on a quiet machine."""
+    with tempfile.TemporaryDirectory(prefix="sharegroup-bench-state-") as scratch:
+        return bounded_state(Path(scratch), sizes.state_epochs, sizes.state_records_per_epoch,
+                             sizes.state_baseline_epochs, say)
+
+
+def run_state_only(sizes: Sizes, quick: bool) -> dict[str, Any]:
+    """``--only state``: (g) alone, no Kafka and no Spark, for a quick check of the state's bounds."""
+    started = time.monotonic()
+    state = _bounded_state(sizes, lambda message: _say(message, started))
+    return {"date": str(date.today()), "quick": quick, "only": "state", "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "bounded_state": state}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
-    """Every figure on the first peer, then the headline (four consumers) on every peer; one Spark session."""
+    """(g), then every figure on the first peer, then the headline (four consumers) on every peer; one Spark session."""
     started = time.monotonic()
     headline: dict[str, Any] = {}
+    state = _bounded_state(sizes, lambda message: _say(message, started))
     spark = local_spark()
     try:
         for index, peer in enumerate(peers):
@@ -116,6 +136,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         "ratio": round(ratio, 3), "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO,
         "delta_commits_per_epoch": commits["calls_per_epoch"],
         "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
+        "bounded_state": state,
     }
 
 
@@ -197,18 +218,21 @@ def _peers(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records and configurations (2 to 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer records and configurations (3 to 4 minutes)")
     parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
                              "figures (a) to (f) are measured on the first, the headline on each")
+    parser.add_argument("--only", choices=["state"],
+                        help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs)")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
-    figures = run(Sizes.quick() if args.quick else Sizes.full(), args.quick, args.peers)
-    stem = f"{figures['date']}{'-quick' if args.quick else ''}"
+    sizes = Sizes.quick() if args.quick else Sizes.full()
+    figures = run_state_only(sizes, args.quick) if args.only else run(sizes, args.quick, args.peers)
+    stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
-    plot(figures, args.out_dir / f"{stem}.png")
+    (plot_bounded_state if args.only else plot)(figures, args.out_dir / f"{stem}.png")
     print()
-    print(table(figures))
+    print(state_only_table(figures) if args.only else table(figures))
     print(f"\nfigures written to {args.out_dir / stem}.json and .png")
     return figures
 

@@ -2,8 +2,9 @@
 
 The headline (four consumers on every Kafka peer, with their ratios to the plain loop and to
 sharegroup), throughput against the plain consumer (with the 0.8 target), scaling over partitions and over
-maxRecordsPerPartition, and where one micro-batch's time goes. Drawn on an Agg canvas without
-pyplot, so no display and no global backend state are involved.
+maxRecordsPerPartition, where one micro-batch's time goes, and (g) bounded state: a driver's restart
+on a long-lived state against a short-lived one, and one compacted-topic epoch's ledger row. Drawn
+on an Agg canvas without pyplot, so no display and no global backend state are involved.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from matplotlib.figure import Figure
 from bench.headline import CONSUMERS
 from bench.report import TARGET_RATIO
 
-__all__ = ["plot"]
+__all__ = ["plot", "plot_bounded_state"]
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -27,10 +28,14 @@ def _rate(run: dict[str, Any]) -> float:
 
 def plot(figures: dict[str, Any], path: Path) -> None:
     main = str(figures["main_partitions"])
-    fig = Figure(figsize=(13, 14))
+    state = figures.get("bounded_state")
+    rows = [["headline", "headline"], ["top_left", "top_right"], ["bottom_left", "bottom_right"]]
+    fig = Figure(figsize=(13, 18 if state else 14))
     FigureCanvasAgg(fig)
-    axes = fig.subplot_mosaic([["headline", "headline"], ["top_left", "top_right"],
-                               ["bottom_left", "bottom_right"]], height_ratios=[1.15, 1, 1])
+    axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else []),
+                              height_ratios=[1.15, 1, 1] + ([0.8] if state else []))
+    if state:
+        _bounded_state(axes["state_left"], axes["state_right"], state)
     top_left, top_right = axes["top_left"], axes["top_right"]
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
     fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: "
@@ -79,6 +84,42 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def plot_bounded_state(figures: dict[str, Any], path: Path) -> None:
+    """``--only state``: the two (g) panels alone."""
+    fig = Figure(figsize=(13, 4.5))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: bounded state, {figures['machine']['cpus']} cores")
+    _bounded_state(left, right, figures["bounded_state"])
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def _bounded_state(left: Any, right: Any, state: dict[str, Any]) -> None:
+    """Restart time per state size, labelled with its peak RSS increase; one sparse epoch's row per encoding."""
+    runs = [state["baseline"], state["long_lived"], state["long_lived_maintained"]]
+    labels = [f"{run['epochs']:,} epochs" for run in runs[:2]] + [f"{runs[2]['epochs']:,} epochs,\nafter maintenance"]
+    left.bar(labels, [run["start_s"] for run in runs], color=["#9ecae1", "#3182bd", "#6baed6"])
+    for label, run in zip(labels, runs, strict=True):
+        left.text(label, run["start_s"], f"{run['start_s']:.2f} s\n+{run['peak_rss_increase_mb']:.0f} MB peak RSS",
+                  ha="center", va="bottom", fontsize=8)
+    left.set_ylim(0, max(run["start_s"] for run in runs) * 1.35)
+    left.set_ylabel("s: open, fence, ledger reads, index")
+    left.set_title(f"(g) driver restart ({state['ratio']['start_s']}x time, "
+                   f"{state['ratio']['peak_rss_increase_mb']}x RSS)")
+    row = state["ledger_row"]
+    encodings = {"first versions\n(every missing offset)": row["legacy_bytes"], "now (gap runs)": row["current_bytes"]}
+    right.bar(list(encodings), list(encodings.values()), color=["#777777", "#3182bd"])
+    for label, size in encodings.items():
+        right.text(label, size, f"{size:,} B", ha="center", va="bottom", fontsize=8)
+    right.set_yscale("log")
+    right.set_ylim(min(encodings.values()) / 4, max(encodings.values()) * 4)
+    right.set_ylabel("ledger data on disk, bytes")
+    right.set_title(f"(g) one epoch, {row['records']:,} records over {row['offsets']:,} offsets "
+                    f"({row['legacy_to_current']}x)")
 
 
 def _headline(axes: Any, figures: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.headline import CONSUMERS
 
-__all__ = ["TARGET_RATIO", "limit_note", "table", "write_json"]
+__all__ = ["TARGET_RATIO", "bounded_state_table", "limit_note", "state_only_table", "table", "write_json"]
 
 #: format("sharegroup") -> noop must reach this share of the plain ShareConsumer's records/s.
 TARGET_RATIO = 0.8
@@ -74,6 +74,41 @@ def headline_table(figures: dict[str, Any]) -> list[str]:
     return lines
 
 
+def bounded_state_table(state: dict[str, Any]) -> list[str]:
+    """(g): a restart on a long-lived state against a short-lived one, and one sparse epoch's ledger row.
+
+    The ratios are the point: bounded state means a driver restarts on 10,000 epochs about as fast,
+    and in about as much memory, as on 10, and a compacted topic's epoch costs its records, not its
+    offsets. The column after maintenance tells the epochs' cost from that of the small files the
+    driver wrote since its last maintenance."""
+    base, big, folded = state["baseline"], state["long_lived"], state["long_lived_maintained"]
+    ratio, row = state["ratio"], state["ledger_row"]
+
+    def line(label: str, cell: Any, ratio: str = "") -> str:
+        return f"{'    ' + label:<40}{cell(base):>14}{cell(big):>14}{ratio:>7}{cell(folded):>16}"
+
+    return [f"(g) bounded state: a restarting driver's state work before Kafka (open, fence, ledger reads, "
+            f"EmittedIndex), median of {state['restarts_per_state']} fresh processes",
+            f"{'':<40}{'epochs':>14}{'epochs':>14}{'ratio':>7}{'epochs, after':>16}",
+            line("", lambda run: f"{run['epochs']:,}") + " maintenance",
+            line("start time, s", lambda run: f"{run['start_s']:.2f}", f"{ratio['start_s']:.1f}"),
+            line("peak RSS increase, MB", lambda run: f"{run['peak_rss_increase_mb']:.1f}",
+                 f"{ratio['peak_rss_increase_mb']:.1f}"),
+            line("live epochs read", lambda run: f"{run['live_epochs']:,}"),
+            line("ledger data files / MB", lambda run: f"{run['ledger_files']} / {run['ledger_bytes'] / 2**20:.2f}"),
+            line("state build time, s", lambda run: f"{run.get('build_s', '-')}"),
+            f"(g) one epoch of a compacted topic ({row['records']:,} records over {row['offsets']:,} offsets), "
+            f"ledger data on disk:",
+            f"    {row['current_bytes']:,} B now ({row['gap_runs']:,} gap runs), {row['legacy_bytes']:,} B in the "
+            f"first versions' encoding ({row['missing_offsets']:,} missing offsets): {row['legacy_to_current']}x"]
+
+
+def state_only_table(figures: dict[str, Any]) -> str:
+    """``--only state``: the bounded-state figures without Kafka or Spark."""
+    return "\n".join([f"sharegroup bench {figures['date']}, bounded state only, {figures['machine']['cpus']} cores, "
+                      f"{figures['elapsed_s']} s", "", *bounded_state_table(figures["bounded_state"])])
+
+
 def table(figures: dict[str, Any]) -> str:
     main = str(figures["main_partitions"])
     baseline, source = figures["baseline"][main], figures["source"][main]
@@ -129,4 +164,6 @@ def table(figures: dict[str, Any]) -> str:
     lines += ["where the driver methods' time goes (cProfile, ms per epoch): " + ", ".join(
         f"{b['bucket']} {b['ms_per_epoch']}" for b in driver["profile"]["buckets"])]
     lines += ["", figures["limit_note"]]
+    if "bounded_state" in figures:
+        lines += ["", *bounded_state_table(figures["bounded_state"])]
     return "\n".join(lines)

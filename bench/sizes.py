@@ -1,4 +1,4 @@
-"""How big a bench run is: the full run (about 6 minutes) and ``--quick`` (2 to 3 minutes).
+"""How big a bench run is: the full run (about 8 minutes) and ``--quick`` (3 to 4 minutes).
 
 Every figure of one run is measured on the same records (count, size, key and value bytes), so
 the plain consumer, the in-process driver and the Spark query are compared on equal terms.
@@ -33,6 +33,11 @@ class Sizes:
     ledger_epochs: int
     #: batches the memory pass measures after one warm-up batch
     memory_batches: int
+    #: (g) the long-lived state a driver restarts on: epochs of contiguous records each
+    state_epochs: int = 10_000
+    state_records_per_epoch: int = 10_000
+    #: (g) the short-lived state the restart is compared with
+    state_baseline_epochs: int = 10
     #: longest a single consuming run may take before it is reported as incomplete
     run_timeout_s: float = 180.0
 
@@ -46,4 +51,5 @@ class Sizes:
     def quick(cls) -> Sizes:
         return cls(records=30_000, value_bytes=64, partition_counts=(1, 4), main_partitions=4,
                    max_records_per_partition=(1_000, 10_000), baseline_repeats=3, source_repeats=1,
-                   scaling_repeats=1, headline_repeats=1, ledger_epochs=40, memory_batches=2, run_timeout_s=90.0)
+                   scaling_repeats=1, headline_repeats=1, ledger_epochs=40, memory_batches=2, run_timeout_s=90.0,
+                   state_epochs=2_000)

@@ -133,5 +133,6 @@ class Acknowledger:
         self._counters.min_lock_headroom_ms = headroom if previous is None else min(previous, headroom)
         if used_ms > LOCK_WARNING_SHARE * self._lock_duration_ms:
             log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement; lower "
-                        "maxRecordsPerTrigger or raise the group's share.record.lock.duration.ms",
+                        "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
+                        "option checkpointLocation so that acknowledgements do not wait for the next trigger",
                         entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)

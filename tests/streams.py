@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +37,18 @@ def kill_source_workers() -> int:
         except psutil.Error:
             continue
     return killed
+
+
+def worker_holding_an_epoch(options: dict[str, str]) -> subprocess.Popen:
+    """A driver-side worker as Spark runs it (tests/sigterm_child.py), once it ledgered and returned epoch 1."""
+    tests = Path(__file__).parent
+    worker = subprocess.Popen([sys.executable, str(tests / "sigterm_child.py"), json.dumps(options)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tests.parent)
+    line = worker.stdout.readline().strip()
+    if line != "holding an epoch":
+        worker.kill()
+        raise AssertionError(f"the worker did not get to hold an epoch; it said {line!r}")
+    return worker
 
 
 @dataclass

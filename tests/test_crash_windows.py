@@ -11,15 +11,12 @@
 from __future__ import annotations
 
 import collections
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.kafka_under_test import KafkaUnderTest, wait_for
-from tests.streams import StreamSetup, kill_source_workers
+from tests.streams import StreamSetup, kill_source_workers, worker_holding_an_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.timing]
 
@@ -52,15 +49,9 @@ def _drain(setup: StreamSetup, spark, produced: set) -> None:
 def test_killed_after_the_ledger_write_before_sparks_offset_log(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path)
     produced = kafka.produce_numbered(setup.topic, 200, 2)
-    # a worker as Spark runs it: it ledgers epoch 1 and returns it; Spark would log it next
-    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("sigterm_child.py")),
-                               json.dumps(setup.options())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=Path(__file__).parents[1])
-    try:
-        assert worker.stdout.readline().strip() == "holding an epoch"
-    finally:
-        worker.kill()  # SIGKILL: nothing released, the member never leaves on its own
-        worker.wait(30)
+    worker = worker_holding_an_epoch(setup.options())  # Spark would log epoch 1 next
+    worker.kill()  # SIGKILL: nothing released, the member never leaves on its own
+    worker.wait(30)
     assert [e.status for e in setup.ledger_entries()] == ["ACQUIRED"]
     _drain(setup, spark, produced)  # Spark's checkpoint never logged epoch 1: it asks for it again
     _exactly_once(setup, spark, produced)

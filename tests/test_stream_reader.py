@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 from sharegroup_source.share_client import Ack, ShareClient
 from state_store import StateStore
 from tests.kafka_under_test import wait_for
-from tests.streams import StreamSetup
+from tests.streams import StreamSetup, worker_holding_an_epoch
 
 
 def test_a_burst_of_sigterms_still_releases_and_leaves(kafka, tmp_path):
     """Spark sends SIGTERM twice in a row; the second must not cut the first one's stop short."""
     setup = StreamSetup(kafka, kafka.new_topic(1, prefix="sigterm"), kafka.new_group(), tmp_path)
     produced = kafka.produce_numbered(setup.topic, 100, 1)
-    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("sigterm_child.py")),
-                              json.dumps(setup.options())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, cwd=Path(__file__).parents[1])
+    child = worker_holding_an_epoch(setup.options())
     try:
-        assert child.stdout.readline().strip() == "holding an epoch"
         for _ in range(200):  # a burst: some land while the first one's stop is starting
             os.kill(child.pid, signal.SIGTERM)
         child.wait(timeout=60)

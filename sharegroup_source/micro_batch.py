@@ -99,13 +99,17 @@ class MicroBatchDriver:
         # Spark's calls and the commit watcher share the member: one at a time
         self._lock = threading.RLock()
         self._stopped = False
+        self._watcher: CommitWatcher | None = None
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
+            self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
+            self._watcher = CommitWatcher(self._commit_log, self.commit) if self._commit_log else None
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
+            if self._watcher is not None:
+                self._watcher.stop()
             self._client.close()
+            self._publish_counters(left=True)
             raise
-        self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
-        self._watcher = CommitWatcher(self._commit_log, self.commit) if self._commit_log else None
         if self._watcher is None:
             log.info("group %s: an epoch is acknowledged when Spark builds the next batch; set the source option "
                      "checkpointLocation to the query's checkpoint to acknowledge as soon as Spark commits",
@@ -142,7 +146,7 @@ class MicroBatchDriver:
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
         try:
             kept = self.store.ledger.write_epoch(entry, replace_released=True)
-        except FencedError:
+        except BaseException:  # fenced, the state unwritable, or SIGTERM: nothing holds these records
             self._acks.send(_releases(fresh))
             raise
         if kept.member_id != self._run_id:

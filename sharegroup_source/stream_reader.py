@@ -14,11 +14,32 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from sharegroup_source import handover
 from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import read_partition
 
 __all__ = ["ShareGroupStreamReader"]
+
+
+class _Termination:
+    """What Spark's SIGTERM does right now, in plain attributes.
+
+    No lock may be taken here: the handler runs on the main thread between two bytecodes of
+    whatever it interrupts, including the handler of the previous SIGTERM (Spark sends two in a
+    row), and a handler that waits for a lock the interrupted code holds (``threading.Event.set``
+    takes one) hangs the worker for good: it never stops and its member never leaves.
+    """
+
+    #: a stop is under way: later SIGTERMs must not cut it short
+    stopping = False
+    #: the driver is being built on the main thread: a SIGTERM now waits until stop() can find it
+    deferring = False
+    #: the signal that arrived while deferring
+    pending: int | None = None
+
+
+_TERM = _Termination()
 
 
 def _stop_on_sigterm() -> None:
@@ -38,14 +59,29 @@ def _exit(signum: int, _frame: object) -> None:
 
     Spark sends two in a row (it destroys the worker, then stops the worker factory, which
     destroys it again), so the stop is marked as under way here, before anything else runs.
+    While the driver is being built the member may be joining: unwinding then would leave it in
+    the group with nobody to stop it, so the signal is kept for when the driver exists, unless
+    the run is still waiting for the previous run's member (it has joined nothing yet).
     """
-    if _STOPPING.is_set():
+    if _TERM.stopping:
         return
-    _STOPPING.set()
+    if _TERM.deferring and not handover.is_waiting(threading.get_ident()):
+        _TERM.pending = signum
+        return
+    _TERM.stopping = True
     raise SystemExit(128 + signum)
 
 
-_STOPPING = threading.Event()
+def _stopped() -> None:
+    """After a stop nothing is left to give back: a later SIGTERM ends the process at once.
+
+    (Raised as SystemExit instead, it would land in the runner's exit path or the
+    interpreter's shutdown, or in a stop that has finished.)
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _exit:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    else:
+        _TERM.stopping = False  # the handler stays: the next SIGTERM stops whatever runs then
 
 
 class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -57,7 +93,19 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def driver(self) -> MicroBatchDriver:
         if self._driver is None:
             _stop_on_sigterm()
-            self._driver = MicroBatchDriver(self._options)
+            on_main = threading.current_thread() is threading.main_thread()
+            if on_main:  # a new run (Spark does not reuse this worker, but nothing here relies on it)
+                _TERM.stopping, _TERM.pending, _TERM.deferring = False, None, True
+            try:
+                self._driver = MicroBatchDriver(self._options)
+            finally:
+                if on_main:
+                    _TERM.deferring = False
+            if on_main and _TERM.pending is not None and not _TERM.stopping:
+                # Spark ended the worker while the member joined: unwind into the runner's
+                # ``finally: reader.stop()``, which now finds the driver and makes the member leave
+                _TERM.stopping = True
+                raise SystemExit(128 + _TERM.pending)
         return self._driver
 
     def __getstate__(self) -> dict:
@@ -89,9 +137,10 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def stop(self) -> None:
         if self._driver is not None:
-            _STOPPING.set()
+            _TERM.stopping = True
             try:
                 self._driver.stop()
             finally:
                 self._driver = None
-                _STOPPING.clear()
+                _stopped()
+

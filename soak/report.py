@@ -36,7 +36,8 @@ class SoakReport:
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.duplicated == 0
+        """Nothing lost, nothing duplicated, and no query failure that no fault caused."""
+        return self.lost == 0 and self.duplicated == 0 and not self.unexpected_failures
 
     def table(self) -> str:
         lines = [f"soak: {self.seconds:.0f} s, seed {self.seed}", "", f"{'fault injected':<34}{'times':>8}"]
@@ -58,5 +59,6 @@ class SoakReport:
             lines.append(f"lost records, first ones: {list(self.lost_examples)}")
         if self.duplicate_batches:
             lines.append(f"batches holding the same records: {list(self.duplicate_batches)}")
-        lines += ["", "verdict: " + ("OK, nothing lost or duplicated" if self.ok else "FAILED")]
+        verdict = "OK, nothing lost or duplicated, no failure the soak did not inject" if self.ok else "FAILED"
+        lines += ["", "verdict: " + verdict]
         return "\n".join(lines)

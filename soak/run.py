@@ -22,12 +22,10 @@ from soak.query import SoakQuery
 from soak.report import SoakReport
 from soak.sink import BatchSink
 from state_store import StateStore
-from tests.kafka_under_test import KafkaUnderTest
+from tests.kafka_under_test import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
 
 __all__ = ["SoakSettings", "run_soak"]
 
-#: librdkafka's mock cluster default for share-group session timeouts, restored after the soak.
-MOCK_SESSION_TIMEOUT_MS = 45_000
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
         if producer.is_alive():
             producer.finish()
         if kafka.embedded is not None:
-            kafka.embedded.set_session_timeout(MOCK_SESSION_TIMEOUT_MS)
+            kafka.embedded.set_session_timeout(EMBEDDED_SESSION_TIMEOUT_MS)
             kafka.embedded.set_up(-1)
     return _account(settings, faults, producer, sink, accepted, query, StateStore(str(work / "state")), group,
                     time.monotonic() - started)

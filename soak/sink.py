@@ -18,7 +18,10 @@ from pyspark.sql import DataFrame
 
 from soak.producer import record_number
 
-__all__ = ["BatchSink", "InjectedSinkFailure", "SinkRows"]
+__all__ = ["INJECTED_MARK", "BatchSink", "InjectedSinkFailure", "SinkRows"]
+
+#: In the message of every failure the sink raises on purpose, and so in the failed query's.
+INJECTED_MARK = "injected sink failure"
 
 
 class InjectedSinkFailure(RuntimeError):
@@ -100,7 +103,7 @@ class BatchSink:
             time.sleep(slow.seconds)
         if failure is not None and not failure.after_write:
             failure.done.set()
-            raise InjectedSinkFailure(f"injected sink failure before writing batch {batch_id}")
+            raise InjectedSinkFailure(f"{INJECTED_MARK} before writing batch {batch_id}")
         frame.select("partition", "offset", "value").write.mode("overwrite").parquet(
             str(self.path / f"batch={batch_id}"))
         self.last_batch = max(self.last_batch, batch_id)
@@ -108,7 +111,7 @@ class BatchSink:
             slow.done.set()
         if failure is not None:
             failure.done.set()
-            raise InjectedSinkFailure(f"injected sink failure after writing batch {batch_id}")
+            raise InjectedSinkFailure(f"{INJECTED_MARK} after writing batch {batch_id}")
 
     # -- reading back ---------------------------------------------------------------------------
     def rows(self) -> SinkRows:

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 import pytest
 
 from sharegroup_source.broker import API_KEYS
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest, kafka_session, selected_peers
+from tests.kafka_under_test import (
+    BOOTSTRAP_ENV,
+    EMBEDDED_SESSION_TIMEOUT_MS,
+    KafkaUnderTest,
+    kafka_session,
+    selected_peers,
+)
 
 
 def pytest_report_header(config) -> str:
@@ -37,7 +43,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(autouse=True)
 def _faults_end_with_the_test(request):
-    """Injected errors a test left unconsumed, or a node left down, must not leak into the next test."""
+    """Injected errors a test left unconsumed, a node left down, or a short session timeout (the
+    embedded broker's is cluster-wide) must not leak into the next test."""
     yield
     if "kafka" in request.fixturenames:
         under_test = request.getfixturevalue("kafka")
@@ -45,6 +52,7 @@ def _faults_end_with_the_test(request):
             for api in API_KEYS:
                 under_test.embedded.clear_failures(api)
             under_test.embedded.set_up(-1)
+            under_test.embedded.set_session_timeout(EMBEDDED_SESSION_TIMEOUT_MS)
         if under_test.apache is not None:
             under_test.apache.resume()
 

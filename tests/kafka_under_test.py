@@ -26,6 +26,8 @@ from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, se
 BOOTSTRAP_ENV = "SHAREGROUP_TEST_BOOTSTRAP"
 PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
 PEERS = ("embedded", "apache")
+#: librdkafka's mock cluster default share-group session timeout; tests that shorten it get it back.
+EMBEDDED_SESSION_TIMEOUT_MS = 45_000
 
 
 def selected_peers() -> list[str]:

@@ -25,6 +25,7 @@ def _setup(kafka: KafkaUnderTest, tmp_path, lock_ms: int, partitions: int = 2) -
     return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(lock_duration_ms=lock_ms), tmp_path)
 
 
+@pytest.mark.timing
 def test_a_trigger_three_times_the_lock_loses_no_acknowledgement(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, LOCK_MS)
     produced = kafka.produce_numbered(setup.topic, 100, 2)
@@ -50,6 +51,7 @@ def test_a_trigger_three_times_the_lock_loses_no_acknowledgement(spark, kafka, t
     assert setup.leftovers_for_a_fresh_member() == []
 
 
+@pytest.mark.timing
 def test_a_stop_right_after_a_commit_accepts_the_committed_batch(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, lock_ms=30_000)
     produced = kafka.produce_numbered(setup.topic, 100, 2)

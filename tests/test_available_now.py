@@ -22,6 +22,7 @@ RECORDS = 1500
 PARTITIONS = 3
 
 
+@pytest.mark.timing
 def test_records_produced_during_a_run_reach_the_next_run_once(spark, kafka, tmp_path):
     setup = StreamSetup(kafka, kafka.new_topic(PARTITIONS), kafka.new_group(delivery_attempt_limit=2), tmp_path)
     produced = kafka.produce_numbered(setup.topic, RECORDS, PARTITIONS)

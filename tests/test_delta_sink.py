@@ -99,6 +99,7 @@ def _delta_commits(spark: SparkSession, setup: StreamSetup) -> list[tuple[str, i
     return [(r.operationParameters["queryId"], int(r.operationParameters["epochId"])) for r in history]
 
 
+@pytest.mark.timing
 def test_delta_sink_holds_every_record_once_across_a_restart(delta_spark, kafka: KafkaUnderTest, tmp_path):
     spark = delta_spark
     setup = StreamSetup(kafka, kafka.new_topic(PARTITIONS), kafka.new_group(), tmp_path)

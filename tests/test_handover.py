@@ -13,6 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from sharegroup_source.handover import await_previous_member
 from sharegroup_source.micro_batch import MicroBatchDriver
 from state_store import StateStore
@@ -21,6 +23,7 @@ from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup
 
 
+@pytest.mark.timing
 def test_a_restarted_run_joins_after_the_previous_member_left(kafka, tmp_path):
     setup = StreamSetup(kafka, kafka.new_topic(2, prefix="handover"), kafka.new_group(), tmp_path)
     group = setup.group
@@ -65,6 +68,7 @@ def test_a_dead_predecessor_is_not_waited_for(tmp_path):
     assert await_previous_member(store.progress, "q", timeout_s=30) is True
 
 
+@pytest.mark.timing
 def test_a_predecessor_that_never_leaves_is_waited_for_a_bounded_time(tmp_path, caplog):
     store = StateStore(str(tmp_path / "state"))
     store.progress.append("q", "stuck", dict.fromkeys(COUNTERS, 0))  # this process: alive

@@ -118,6 +118,7 @@ def _describe_until(describe: Callable[[], str], done: Callable[[str], bool], ti
     return outputs[-1]
 
 
+@pytest.mark.timing
 def test_query_and_kafkas_console_share_consumer_share_the_group(spark, kafka, tmp_path):
     apache = kafka.require_apache("runs Kafka's own console share consumer and kafka-share-groups")
     setup = StreamSetup(kafka, kafka.new_topic(PARTITIONS), kafka.new_group(), tmp_path)

@@ -164,6 +164,7 @@ def _shape(partitions: int, seen: list[frozenset[int]]) -> tuple[list[int], list
     return sorted(len(s) for s in seen), [sum(p in s for s in seen) for p in range(partitions)]
 
 
+@pytest.mark.timing
 def test_assignment_of_1_2_and_5_members_over_2_and_4_partitions(kafka: KafkaUnderTest):
     topics = {partitions: kafka.new_topic(partitions) for partitions in (2, 4)}
     groups = {(partitions, size): [_PollingMember(kafka, group, topics[partitions]) for _ in range(size)]
@@ -237,6 +238,7 @@ def _short_lived_client(kafka: KafkaUnderTest, kind: str, scratch_topic: str) ->
         producer.close()
 
 
+@pytest.mark.timing
 def test_another_client_disconnecting_between_poll_and_ack(kafka: KafkaUnderTest):
     """The embedded broker drops every share session on the node when any connection closes:
     the member's ack fails with SHARE_SESSION_NOT_FOUND and the record comes back at once with
@@ -271,6 +273,7 @@ def test_another_client_disconnecting_between_poll_and_ack(kafka: KafkaUnderTest
 
 # -- 3. lock expiry ---------------------------------------------------------------------------
 
+@pytest.mark.timing
 def test_lock_expiry_hands_held_records_to_a_member_that_joins(kafka: KafkaUnderTest):
     """Member A acquires two records and does not acknowledge them; member B joins the group.
 

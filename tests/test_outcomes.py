@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 
 import pytest
@@ -69,6 +71,7 @@ def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
     assert {r["decision"] for r in decided} == {"REJECT"} and len(decided) == len(invalid), "errors record nothing"
 
 
+@pytest.mark.timing
 def test_a_released_record_comes_back_once_with_delivery_count_two(spark, kafka, tmp_path):
     setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(lock_duration_ms=5000), tmp_path)
     produced = kafka.produce_numbered(setup.topic, 200, 1)
@@ -92,6 +95,7 @@ def test_a_released_record_comes_back_once_with_delivery_count_two(spark, kafka,
     assert _drain_fresh_member(setup) == []
 
 
+@pytest.mark.timing
 def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spark, kafka, tmp_path):
     setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(delivery_attempt_limit=10), tmp_path)
     produced = kafka.produce_numbered(setup.topic, 50, 1)
@@ -114,26 +118,49 @@ def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spar
     assert _drain_fresh_member(setup) == []
 
 
-def test_decisions_survive_a_driver_restart_before_the_commit(spark, kafka, tmp_path):
-    setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(), tmp_path)
+#: Short, so the crashed member's locks and (on both brokers) its membership run out within the test.
+CRASH_LOCK_MS = 3_000
+CRASH_SESSION_TIMEOUT_MS = 6_000
+
+
+@pytest.mark.timing
+def test_decisions_survive_a_driver_worker_crash_before_the_commit(spark, kafka, tmp_path):
+    """The driver-side worker is SIGKILLed after user code decided, before Spark committed the batch.
+
+    Nothing is released (the member dies with its locks) and the batch fails; the restarted query
+    replays the batch by offset, deciding nothing this time, and the records the broker hands out
+    again once the dead member's locks expire get the recorded decisions: REJECT into dead letters,
+    ACCEPT for the rest, and no record twice in the sink.
+    """
+    group = kafka.new_group(lock_duration_ms=CRASH_LOCK_MS, session_timeout_ms=CRASH_SESSION_TIMEOUT_MS)
+    setup = StreamSetup(kafka, kafka.new_topic(1), group, tmp_path)
     valid, invalid = _orders(kafka, setup, 200, 1)
     crashed = threading.Event()
 
     def handle(batch, batch_id):
         checked = batch.withColumn("ok", is_json("value"))
-        if not crashed.is_set():  # first attempt: decide, then die before Spark commits the batch
+        if not crashed.is_set():  # first attempt: decide, then the driver-side worker dies before Spark commits
             sharegroup_source.acknowledge(checked.filter(~F.col("ok")), "REJECT", "invalid JSON",
                                           options=setup.options())
             crashed.set()
+            member = StateStore(str(setup.state)).progress.member_in_group(setup.group)
+            os.kill(member.pid, signal.SIGKILL)  # this query's worker, by the pid its member recorded
             raise RuntimeError("driver lost after foreachBatch")
         return checked.filter("ok").drop("ok")  # the retry decides nothing: the first decisions must hold
 
-    first = setup.batch_sink(spark, handle)
+    first = setup.batch_sink(spark, handle, lockDurationMs=CRASH_LOCK_MS)
     with pytest.raises(StreamingQueryException, match="driver lost"):
         first.awaitTermination(120)
-    second = setup.batch_sink(spark, handle)
-    second.awaitTermination(120)
-    assert second.exception() is None
+    assert [e.status for e in setup.ledger_entries()] == ["EMITTED"], "a crash settles nothing"
+    assert setup.progress()["released"] == 0
+    second = setup.batch_sink(spark, handle, available_now=False, lockDurationMs=CRASH_LOCK_MS)
+    try:
+        wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= valid
+                 and set(_dead_letters(setup)) == invalid and setup.every_epoch_settled(),
+                 120, "the valid records in the sink, the invalid ones dead-lettered", interval_s=0.5,
+                 state=lambda: setup.describe(spark))
+    finally:
+        second.stop()
     _assert_exactly_once(setup.sink_rows(spark), valid)
     assert set(_dead_letters(setup)) == invalid
     assert _drain_fresh_member(setup) == []

@@ -65,6 +65,7 @@ def test_reject_is_never_redelivered(kafka: KafkaUnderTest):
     assert _keys(after) == [(0, 10, 1)]
 
 
+@pytest.mark.timing
 def test_lock_expiry_redelivers(kafka: KafkaUnderTest):
     topic, group = kafka.new_topic(1), kafka.new_group(lock_duration_ms=1000)
     kafka.produce_numbered(topic, 5, 1)
@@ -106,6 +107,7 @@ def test_injected_acknowledge_error_is_reported_for_its_partition(kafka: KafkaUn
     assert results[0].error is not None and "INVALID_RECORD_STATE" in results[0].error
 
 
+@pytest.mark.timing
 def test_two_members_never_both_accept_a_record(kafka: KafkaUnderTest):
     """A record reaches a second member only when the first member's acknowledgement failed.
 
@@ -176,6 +178,7 @@ def test_range_reader_returns_exactly_the_asked_offsets_across_gaps(kafka: Kafka
         assert [m.offset() for m in beyond.records] == [data_offsets[-1]] and beyond.missing == [1000]
 
 
+@pytest.mark.timing
 def test_range_reader_waits_for_a_node_that_comes_back(kafka: KafkaUnderTest):
     kafka.require_outages()
     topic = kafka.new_topic(1)

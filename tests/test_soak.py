@@ -3,7 +3,8 @@
 This is the soak of ``python -m soak`` (see soak/), cut to fit ``make test``: every fault kind is
 injected at least once (a failing batch, a killed driver-side worker, a query stopped mid-batch,
 a broker node down, ShareFetch and ShareAcknowledge errors, an expired lock, an independent
-member), then the query drains. Nothing may be lost and nothing duplicated in the idempotent sink.
+member), then the query drains. Nothing may be lost and nothing duplicated in the idempotent sink, and
+the query may fail only where a fault made it fail.
 Select it alone with ``pytest -k soak``. A fault the soak found is pinned down below, deterministically.
 """
 
@@ -19,7 +20,7 @@ from soak.run import SoakSettings, run_soak
 from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup
 
-pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timing, pytest.mark.timeout(240)]
 
 # The drain ends as soon as every record is accounted for; its bound must cover a worker killed by the
 # last fault: fenced after the 12 s session timeout, its partitions reassigned at the next 5 s
@@ -35,6 +36,9 @@ def test_soak_loses_and_duplicates_nothing_under_random_faults(spark, kafka, tmp
     assert set(report.faults) == expected_kinds, f"faults that never happened: {expected_kinds - set(report.faults)}"
     assert report.lost == 0, f"{report.lost} records lost, e.g. {report.lost_examples}\n{report.table()}"
     assert report.duplicated == 0, f"{report.duplicated} records duplicated in the sink\n{report.table()}"
+    assert report.unexpected_failures == (), (
+        f"{len(report.unexpected_failures)} query failure(s) no fault caused\n{report.table()}")
+    assert report.expected_failures > 0, f"the injected failures were not seen to end the query\n{report.table()}"
 
 
 def test_soak_stop_after_spark_committed_the_last_batch_emits_nothing_twice(kafka, tmp_path):

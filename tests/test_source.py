@@ -59,6 +59,7 @@ def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
     assert len(list(setup.sink.glob("part-*.parquet"))) == sum(-(-n // 700) for n in epochs)
 
 
+@pytest.mark.timing
 def test_sink_failure_then_restart_from_checkpoint(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 600, 2)
@@ -80,6 +81,7 @@ def test_sink_failure_then_restart_from_checkpoint(spark, kafka, tmp_path):
     assert _drain_fresh_member(setup) == []
 
 
+@pytest.mark.timing
 def test_restart_after_sink_commit_before_spark_commit(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 400, 2)
@@ -98,6 +100,7 @@ def test_restart_after_sink_commit_before_spark_commit(spark, kafka, tmp_path):
     assert _drain_fresh_member(setup) == []
 
 
+@pytest.mark.timing
 def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=1)
     produced = kafka.produce_numbered(setup.topic, 300, 1)
@@ -127,6 +130,7 @@ def test_a_failed_batch_goes_back_to_the_group(spark, kafka, tmp_path):
     assert {e.epoch: e.status for e in setup.ledger_entries()} == {1: "RELEASED"}
 
 
+@pytest.mark.timing
 def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=4)
     independent: dict[bytes, int] = {}
@@ -185,6 +189,7 @@ def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
         assert failures > 0, f"{len(both)} records reached both members without any failed acknowledgement"
 
 
+@pytest.mark.timing
 def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_path):
     broker = kafka.require_embedded("fault injection")
     setup = _setup(kafka, tmp_path, partitions=2, lock_duration_ms=2000)
@@ -207,6 +212,7 @@ def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_pa
     assert _drain_fresh_member(setup) == []
 
 
+@pytest.mark.timing
 def test_locks_that_expire_before_the_ack_keep_the_sink_exactly_once(spark, kafka, tmp_path):
     """The real broker's own way to fail an acknowledgement: the first batch outlives its locks."""
     setup = _setup(kafka, tmp_path, partitions=2, lock_duration_ms=2000)
@@ -318,6 +324,7 @@ def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_
     assert sorted(v for _, v, _ in setup.sink_rows(spark)) == sorted(in_log)
 
 
+@pytest.mark.timing
 def test_lock_headroom_is_reported_when_a_batch_is_slow(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=1)
     produced = kafka.produce_numbered(setup.topic, 20, 1)

@@ -96,9 +96,9 @@ class CommitWatcher:
                 return
             if epoch is None or epoch == seen:
                 continue
+            seen = epoch  # tried once: after a failure, Spark's next trigger settles it again
             try:
                 self._on_commit(epoch)
-                seen = epoch
             except Exception:  # logged, not raised: the next trigger acknowledges the epoch anyway
                 log.exception("acknowledging epoch %d after Spark's commit failed", epoch)
 

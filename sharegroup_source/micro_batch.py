@@ -258,7 +258,10 @@ class MicroBatchDriver:
         try:
             committed = self._commit_log.committed_epoch() if self._commit_log else None
             if committed is not None:  # Spark committed it and will not call commit for it again
-                self.settle_through(committed)
+                try:
+                    self.settle_through(committed)
+                except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
+                    log.warning("%s", fenced)
             self._acks.send(_releases(self._backlog.give_back()))
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()

@@ -37,11 +37,14 @@ def _exactly_once(setup: StreamSetup, spark, produced: set) -> None:
 
 
 def _drain(setup: StreamSetup, spark, produced: set) -> None:
-    """Run the query until every record is in the sink and every epoch is settled, then stop it."""
+    """Run the query until every record is in the sink and every epoch ACKED (the crashed run's epoch
+    too: once all its records came back from the broker and were acknowledged), then stop it."""
     query = setup.batch_sink(spark, available_now=False, lockDurationMs=LOCK_MS)
     try:
-        wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= produced and setup.every_epoch_settled(),
-                 120, "every record in the sink", interval_s=0.5, state=lambda: setup.describe(spark))
+        wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= produced
+                 and {e.status for e in setup.ledger_entries()} == {"ACKED"},
+                 120, "every record in the sink, every epoch acknowledged", interval_s=0.5,
+                 state=lambda: setup.describe(spark))
     finally:
         query.stop()
 

@@ -174,6 +174,11 @@ class StreamSetup:
                      state=lambda: f"{len(got)} records got: {got[:5]}")
         return [record for record in got if record[1] != marker]
 
+    def every_epoch_acked(self) -> bool:
+        """Every epoch ACKED: also one whose acknowledgement failed, once all its records came back
+        from the broker and were acknowledged. Nothing of the query's is left in the group then."""
+        return {entry.status for entry in self.ledger_entries()} == {"ACKED"}
+
     def every_epoch_settled(self) -> bool:
         """No epoch is held: a stop now releases nothing back to the group.
 

@@ -40,14 +40,14 @@ def test_a_trigger_three_times_the_lock_loses_no_acknowledgement(spark, kafka, t
         # acquired at the next trigger, acknowledged within its lock: long before the trigger after
         wait_for(lambda: len(setup.ledger_entries()) >= 2 and setup.ledger_entries()[-1].status == "ACKED", 90,
                  "the second epoch acknowledged", state=lambda: setup.describe(spark))
-        wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= produced and setup.every_epoch_settled(),
-                 90, "every record in the sink", state=lambda: setup.describe(spark))
+        # the warm-up epoch too, if its locks ran out: once its records came back and were acknowledged
+        wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= produced and setup.every_epoch_acked(),
+                 90, "every record in the sink, every epoch acknowledged", state=lambda: setup.describe(spark))
     finally:
         query.stop()
     rows = setup.sink_rows(spark)
     assert collections.Counter((p, v) for p, v, _ in rows) == dict.fromkeys(produced, 1)
     assert {count for p, v, count in rows if (p, v) in later} == {1}, "a record of the second batch was redelivered"
-    assert [e.status for e in setup.ledger_entries()][1:] == ["ACKED"] * (len(setup.ledger_entries()) - 1)
     assert setup.leftovers_for_a_fresh_member() == []
 
 

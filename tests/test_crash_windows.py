@@ -42,7 +42,7 @@ def _drain(setup: StreamSetup, spark, produced: set) -> None:
     query = setup.batch_sink(spark, available_now=False, lockDurationMs=LOCK_MS)
     try:
         wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= produced
-                 and {e.status for e in setup.ledger_entries()} == {"ACKED"},
+                 and setup.every_epoch_acked(),
                  120, "every record in the sink, every epoch acknowledged", interval_s=0.5,
                  state=lambda: setup.describe(spark))
     finally:

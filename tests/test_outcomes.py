@@ -156,7 +156,7 @@ def test_decisions_survive_a_driver_worker_crash_before_the_commit(spark, kafka,
     second = setup.batch_sink(spark, handle, available_now=False, lockDurationMs=CRASH_LOCK_MS)
     try:
         wait_for(lambda: {(p, v) for p, v, _ in setup.sink_rows(spark)} >= valid
-                 and set(_dead_letters(setup)) == invalid and setup.every_epoch_settled(),
+                 and set(_dead_letters(setup)) == invalid and setup.every_epoch_acked(),
                  120, "the valid records in the sink, the invalid ones dead-lettered", interval_s=0.5,
                  state=lambda: setup.describe(spark))
     finally:

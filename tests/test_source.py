@@ -229,7 +229,7 @@ def test_locks_that_expire_before_the_ack_keep_the_sink_exactly_once(spark, kafk
             # an epoch whose acknowledgement failed is ACKED once all its records came back and were acknowledged
             return (len(setup.sink_rows(spark)) >= 600 and progress.get("ack_failures", 0) > 0
                     and progress["redeliveries_deduped"] > 0
-                    and {e.status for e in setup.ledger_entries()} == {"ACKED"})
+                    and setup.every_epoch_acked())
 
         wait_for(settled, 240, "all records in the sink, the expired locks' records redelivered and deduplicated",
                  interval_s=1, state=lambda: setup.describe(spark))

@@ -18,7 +18,20 @@ from confluent_kafka import Message
 
 from sharegroup_source.schema import record_bytes
 
-__all__ = ["Backlog"]
+__all__ = ["Backlog", "epoch_size"]
+
+
+def epoch_size(records: Sequence[Message], limit: int | None, max_bytes: int | None) -> int:
+    """How many of ``records``, from the front, make the next epoch: at most ``limit`` records and
+    ``max_bytes`` bytes (maxRecordsPerTrigger, maxBytesPerTrigger), but at least one."""
+    cut = len(records) if limit is None else min(limit, len(records))
+    if max_bytes is not None:
+        size = 0
+        for at, record in enumerate(records[:cut]):
+            size += record_bytes(record)
+            if size > max_bytes and at > 0:
+                return at
+    return cut
 
 
 class Backlog:
@@ -42,15 +55,8 @@ class Backlog:
         return now_ms - self.acquired_at_ms < self._lock_duration_ms / 2
 
     def take(self, limit: int | None, max_bytes: int | None = None) -> list[Message]:
-        """The next epoch: at most ``limit`` records and ``max_bytes`` bytes, but at least one record."""
-        cut = len(self._records) if limit is None else min(limit, len(self._records))
-        if max_bytes is not None:
-            size = 0
-            for at, record in enumerate(self._records[:cut]):
-                size += record_bytes(record)
-                if size > max_bytes and at > 0:
-                    cut = at
-                    break
+        """The next epoch (see :func:`epoch_size`)."""
+        cut = epoch_size(self._records, limit, max_bytes)
         taken, self._records = self._records[:cut], self._records[cut:]
         return taken
 

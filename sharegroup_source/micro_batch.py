@@ -22,7 +22,7 @@ import pyarrow as pa
 from confluent_kafka import Message
 
 from sharegroup_source.acknowledger import Acknowledger
-from sharegroup_source.backlog import Backlog
+from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.handover import HANDOVER_TIMEOUT_S, await_previous_member
@@ -30,7 +30,7 @@ from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
 from sharegroup_source.progress import SourceCounters
-from sharegroup_source.schema import record_bytes, records_to_arrow, row_bytes, to_ipc
+from sharegroup_source.schema import records_to_arrow, row_bytes, to_ipc
 from sharegroup_source.share_client import Ack, AckType, ShareClient
 from state_store import FencedError, LedgerEntry, OffsetRange, StateStore
 
@@ -146,14 +146,14 @@ class MicroBatchDriver:
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
         try:
             kept = self.store.ledger.write_epoch(entry, replace_released=True)
-        except BaseException:  # fenced, the state unwritable, or SIGTERM: nothing holds these records
+            if kept.member_id != self._run_id:
+                raise FencedError(f"query {self._query_id!r}: epoch {next_epoch} was ledgered by run "
+                                  f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
+                                  f"stateLocation={self._options.state_location_shown}; this run gave its records "
+                                  "back and stops")
+        except BaseException:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
             self._acks.send(_releases(fresh))
             raise
-        if kept.member_id != self._run_id:
-            self._acks.send(_releases(fresh))
-            raise FencedError(f"query {self._query_id!r}: epoch {next_epoch} was ledgered by run {kept.member_id} "
-                              f"while this run ({self._run_id}) acquired it: two drivers use stateLocation="
-                              f"{self._options.state_location_shown}; this run gave its records back and stops")
         self._released.pop(next_epoch, None)
         self._held[next_epoch] = entry
         # headers are kept even when not emitted: a rejected record's dead letter needs them
@@ -317,10 +317,7 @@ class MicroBatchDriver:
         past ``maxDeliveries`` are rejected; records past the AvailableNow target are given
         back; records past the read limit wait in the backlog for the next epochs.
         """
-        fresh: list[Message] = []
-        fresh_bytes = 0
-        max_bytes = self._options.max_bytes_per_trigger
-        surplus: list[Message] = []
+        admitted: list[tuple[Message, int | None]] = []  # with the epoch that emitted it before, if any
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
         deduped: list[tuple[int, tuple[str, int, int]]] = []
@@ -340,14 +337,13 @@ class MicroBatchDriver:
             elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
                 self._past_target = True
-            elif surplus or (max_records is not None and len(fresh) >= max_records) or (
-                    max_bytes is not None and fresh and fresh_bytes + record_bytes(record) > max_bytes):
-                surplus.append(record)
             else:
-                fresh.append(record)
-                fresh_bytes += record_bytes(record)
-                if epoch is not None:  # released on purpose, emitted again in a new epoch
-                    self._came_back([epoch])
+                admitted.append((record, epoch))
+        cut = epoch_size([record for record, _ in admitted], max_records, self._options.max_bytes_per_trigger)
+        fresh = [record for record, _ in admitted[:cut]]
+        surplus = [record for record, _ in admitted[cut:]]
+        # released on purpose before, emitted again now in a new epoch
+        self._came_back([epoch for _, epoch in admitted[:cut] if epoch is not None])
         if rejected:
             dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
             self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)

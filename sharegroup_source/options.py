@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
+from sharegroup_source.share_client import share_consumer_config
 
 __all__ = ["OptionError", "SourceOptions", "storage_options_of"]
 
@@ -248,7 +249,7 @@ def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, st
     """Build the share consumer and the replay consumer the source will build, without brokers,
     and close them: librdkafka refuses unknown settings, bad values and bad combinations
     (missing certificate files included) at creation, before any connection."""
-    share = {**share_config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
+    share = share_consumer_config(share_config, max_poll_records)
     user = {**share_config, **replay_config}
     for client, config in ((ShareConsumer, share), (Consumer, replay_consumer_config(replay_config))):
         try:

@@ -19,7 +19,7 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 from sharegroup_source.metadata import ClusterError, partition_counts
 from sharegroup_source.redaction import redact
 
-__all__ = ["Ack", "AckResult", "AckType", "ShareClient"]
+__all__ = ["Ack", "AckResult", "AckType", "ShareClient", "share_consumer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,7 @@ class ShareClient:
     ):
         self.topics = list(topics)
         self.partitions = partition_counts(config, self.topics, metadata_timeout_s)
-        self._config = {
-            **config,
-            "share.acknowledgement.mode": "explicit",
-            "max.poll.records": max_poll_records,
-        }
+        self._config = share_consumer_config(config, max_poll_records)
         self._consumer = ShareConsumer(self._config)
         self._consumer.subscribe(self.topics)
 
@@ -151,6 +147,12 @@ class ShareClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:
+    """The member's librdkafka configuration: the user's, with explicit acknowledgement (one poll
+    is one epoch) and the poll size. Shared with the option check at ``load()``."""
+    return {**config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
 
 
 def _describe(error: Exception) -> str:

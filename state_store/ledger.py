@@ -182,11 +182,6 @@ class Ledger:
         self._fences[query_id] = claimed[0]
         return claimed[0]
 
-    def state_id(self, query_id: str) -> str | None:
-        """The id of the query's state (its first run's id), None before any run fenced."""
-        fences = self._fence_rows(self.table.snapshot()).get(query_id)
-        return fences[0]["member_id"] if fences else None
-
     def _check_fence(self, snapshot: Snapshot, query_id: str) -> None:
         mine = self._fences.get(query_id)
         if mine is None:
@@ -372,8 +367,8 @@ def _decode_runs(r: dict[str, Any]) -> OffsetRange:
 
 def _decode_offsets(r: dict[str, Any]) -> OffsetRange:
     """A range as the first versions wrote it: every missing offset, every record's count."""
-    missing = [(o, 0) for o in r["gaps"] or ()]
-    present = sorted(set(range(r["first_offset"], r["last_offset"] + 1)) - {o for o, _ in missing})
+    missing = set(r["gaps"] or ())
+    present = [o for o in range(r["first_offset"], r["last_offset"] + 1) if o not in missing]
     counts = r["delivery_counts"] or [1] * len(present)
     return OffsetRange.of(r["topic"], r["partition"], list(zip(present, counts, strict=True)))
 

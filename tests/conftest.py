@@ -1,4 +1,8 @@
-"""Shared fixtures: one SparkSession, and one Kafka peer of each kind, per test session."""
+"""Shared fixtures: one SparkSession, and one Kafka peer of each kind, per test session.
+
+Every test that takes ``kafka`` runs once per peer: the embedded broker and Apache Kafka's own
+broker (started from jvm/target/kafka), unless SHAREGROUP_TEST_KAFKA names one.
+"""
 
 from __future__ import annotations
 

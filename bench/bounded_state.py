@@ -37,7 +37,7 @@ from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.handover import await_previous_member
 from state_store import LedgerEntry, OffsetRange, StateStore
 from state_store.delta_table import Snapshot, Write
-from state_store.ledger import LEDGER_SCHEMA, _entry_row
+from state_store.ledger import LEDGER_SCHEMA, entry_row
 
 __all__ = ["bounded_state", "ledger_row_size", "restart_cost"]
 
@@ -93,8 +93,8 @@ def _write_block(store: StateStore, block: range, records: int, epochs: int) -> 
     """Epochs the driver maintained since: batched into three commits (entries, EMITTED, settled), which
     maintenance folds into the same one row per epoch the driver's three commits per epoch become.
 
-    ``_entry_row`` is the row ``Ledger.write_epoch`` writes, so the encoding is the current one."""
-    _append(store, lambda version: [_entry_row(_entry(e, records), version, e * 1_000) for e in block])
+    ``entry_row`` is the row ``Ledger.write_epoch`` writes, so the encoding is the current one."""
+    _append(store, lambda version: [entry_row(_entry(e, records), version, e * 1_000) for e in block])
     _append(store, _status_rows(block, lambda _: "EMITTED"))
     _append(store, _status_rows(block, lambda e: _final_status(e, epochs)))
 

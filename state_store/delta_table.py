@@ -40,7 +40,7 @@ from deltalake.fs import DeltaStorageHandler
 from sharegroup_source.redaction import redact_location
 from state_store.errors import StateStoreError
 
-__all__ = ["USER_DATA_RETENTION", "Footprint", "Retention", "Snapshot", "StateTable", "Write", "local_path",
+__all__ = ["USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot", "StateTable", "Write", "local_path",
            "table_uri"]
 
 #: Concurrent commits a write outlasts before giving up (each lost race costs one re-plan).
@@ -133,27 +133,37 @@ class Footprint:
     bytes: int
 
 
-class _Piece:
-    """The rows of one immutable data file, with their Python form made on first use."""
+class Piece:
+    """The rows of one immutable data file, with their Python form made on first use.
+
+    Python rows cost far more memory than Arrow's: a reader that needs a few columns of every row
+    (the ledger's statuses) asks for those, and for a whole row only where it needs one.
+    """
 
     __slots__ = ("_rows", "table")
 
     def __init__(self, table: pa.Table):
         self.table = table
-        self._rows: list[dict[str, Any]] | None = None
+        self._rows: dict[tuple[str, ...] | None, list[dict[str, Any]]] = {}
 
-    def rows(self) -> list[dict[str, Any]]:
-        if self._rows is None:
-            self._rows = self.table.to_pylist()
-        return self._rows
+    def rows(self, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        key = None if columns is None else tuple(columns)
+        if key not in self._rows:
+            self._rows[key] = (self.table if key is None else self.table.select(list(key))).to_pylist()
+        return self._rows[key]
+
+    def row(self, index: int) -> dict[str, Any]:
+        """Every column of one row."""
+        whole = self._rows.get(None)
+        return whole[index] if whole is not None else self.table.slice(index, 1).to_pylist()[0]
 
 
 class Snapshot:
     """The rows of one table version (``version`` None: the table does not exist yet)."""
 
-    def __init__(self, version: int | None, pieces: tuple[_Piece, ...], schema: pa.Schema):
+    def __init__(self, version: int | None, pieces: tuple[Piece, ...], schema: pa.Schema):
         self.version = version
-        self._pieces = pieces
+        self.pieces = pieces
         self._schema = schema
 
     @property
@@ -162,12 +172,15 @@ class Snapshot:
         return 0 if self.version is None else self.version + 1
 
     def table(self) -> pa.Table:
-        if not self._pieces:
+        if not self.pieces:
             return self._schema.empty_table()
-        return pa.concat_tables([p.table for p in self._pieces])
+        return pa.concat_tables([p.table for p in self.pieces])
 
     def rows(self) -> list[dict[str, Any]]:
-        return [row for piece in self._pieces for row in piece.rows()]
+        return [row for piece in self.pieces for row in piece.rows()]
+
+    def row_count(self) -> int:
+        return sum(piece.table.num_rows for piece in self.pieces)
 
 
 def table_uri(root: str, name: str) -> str:
@@ -243,7 +256,7 @@ class StateTable:
         self._dt: DeltaTable | None = None
         self._existed = False  # opened once: from then on its absence is an error, not "not created yet"
         self._fs: pafs.FileSystem | None = None
-        self._pieces: dict[str, _Piece] = {}
+        self._pieces: dict[str, Piece] = {}
         self._own_append: tuple[int, pa.Table] | None = None  # (version, rows) of our last append
 
     # -- reading -----------------------------------------------------------------------------
@@ -467,26 +480,26 @@ class StateTable:
                 raise self._error("cannot read", exc) from exc
         return Snapshot(dt.version(), tuple(self._pieces.values()), self.schema)
 
-    def _live_pieces(self, dt: DeltaTable) -> dict[str, _Piece]:
+    def _live_pieces(self, dt: DeltaTable) -> dict[str, Piece]:
         paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
         own, self._own_append = self._own_append, None
         added = [p for p in paths if p not in self._pieces]
         if own is not None and own[0] == dt.version() and len(added) == 1:
             # our append won a compare-and-swap on the cached version and nothing followed it:
             # the one new file holds exactly the rows we wrote, no need to read them back
-            self._pieces[added[0]] = _Piece(own[1])
+            self._pieces[added[0]] = Piece(own[1])
         return {p: self._pieces.get(p) or self._read_piece(p) for p in paths}
 
     def _error(self, what: str, exc: BaseException) -> StateStoreError:
         return StateStoreError(f"{what} the {self.name} table at {self.shown}: "
                                f"{_reason(exc).replace(self.uri, self.shown)}")
 
-    def _read_piece(self, path: str) -> _Piece:
+    def _read_piece(self, path: str) -> Piece:
         if self._local is not None:
-            return _Piece(self._conform(pq.read_table(os.path.join(self._local, unquote(path)))))
+            return Piece(self._conform(pq.read_table(os.path.join(self._local, unquote(path)))))
         if self._fs is None:
             self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._storage_options))
-        return _Piece(self._conform(pq.read_table(path, filesystem=self._fs)))
+        return Piece(self._conform(pq.read_table(path, filesystem=self._fs)))
 
     def _conform(self, table: pa.Table) -> pa.Table:
         """A data file's rows in the table's schema; added columns a file written before them lacks are null."""

@@ -23,11 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import Piece, Snapshot, StateTable, Write
 from state_store.errors import FencedError, StateStoreError
 
 __all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED_STATUSES", "STATUSES", "Fence", "Ledger", "LedgerEntry",
-           "OffsetRange"]
+           "OffsetRange", "entry_row"]
 
 STATUSES = ("ACQUIRED", "EMITTED", "ACKED", "ACK_FAILED", "RELEASED")
 #: Statuses after which the epoch's records are no longer held by this query.
@@ -61,6 +61,8 @@ LEDGER_SCHEMA = pa.schema([
 #: Columns later versions added: an older ledger table gains them with its next write.
 LEDGER_ADDED_COLUMNS = ("ranges_encoding",)
 _RUNS = 2
+#: what folding needs of every row (FENCE rows have no more): the offset ranges are decoded on demand
+_FOLD_COLUMNS = ("query_id", "epoch", "kind", "status", "commit_version", "updated_at_ms", "member_id")
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ class Ledger:
             held = self._fold(snapshot).get(entry.query_id, {}).get(entry.epoch)
             if held is not None and not (replace_released and held.status == "RELEASED"):
                 return None
-            row = _entry_row(entry, snapshot.next_version, _now_ms())
+            row = entry_row(entry, snapshot.next_version, _now_ms())
             return Write(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA))
 
         if self.table.commit(plan) is not None:
@@ -274,7 +276,7 @@ class Ledger:
                 rows += [folded[e].folded_row() for e in kept]
             for fences in self._fence_rows(snapshot).values():  # the state's id and the current run
                 rows += [fences[0]] if len(fences) == 1 else [fences[0], fences[-1]]
-            if len(rows) == len(snapshot.rows()):
+            if len(rows) == snapshot.row_count():
                 return None  # already one row per kept epoch: nothing to fold or drop
             return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
 
@@ -294,16 +296,17 @@ class Ledger:
             return self._folded
         out: dict[str, dict[int, _Folded]] = {}
         fences: dict[str, list[dict[str, Any]]] = {}
-        for row in snapshot.rows():
-            if row["kind"] == "FENCE":
-                fences.setdefault(row["query_id"], []).append(row)
-                continue
-            epochs = out.setdefault(row["query_id"], {})
-            folded = epochs.get(row["epoch"])
-            if folded is None:
-                epochs[row["epoch"]] = folded = _Folded()
-            folded.add(row)
-        out = {q: {e: f for e, f in epochs.items() if f.row is not None} for q, epochs in out.items()}
+        for piece in snapshot.pieces:
+            for index, row in enumerate(piece.rows(_FOLD_COLUMNS)):
+                if row["kind"] == "FENCE":
+                    fences.setdefault(row["query_id"], []).append(row)
+                    continue
+                epochs = out.setdefault(row["query_id"], {})
+                folded = epochs.get(row["epoch"])
+                if folded is None:
+                    epochs[row["epoch"]] = folded = _Folded()
+                folded.add(row, piece, index)
+        out = {q: {e: f for e, f in epochs.items() if f.has_entry} for q, epochs in out.items()}
         for rows in fences.values():
             rows.sort(key=lambda r: r["epoch"])
         self._folded = (snapshot.version, out, fences)
@@ -311,41 +314,53 @@ class Ledger:
 
 
 class _Folded:
-    """An epoch's first ENTRY row and the status of its latest row."""
+    """An epoch's latest ENTRY row and the status of its latest row.
 
-    __slots__ = ("_entry", "row", "status", "version")
+    Holds the ENTRY row's place, not the row: a restart folds every kept epoch's status but
+    decodes the offset ranges only of the epochs it asks for (the unsettled ones).
+    """
+
+    __slots__ = ("_entry", "_index", "_piece", "entry_version", "status", "version")
 
     def __init__(self) -> None:
-        self.row: dict[str, Any] | None = None
+        self._piece: Piece | None = None
+        self._index = -1
+        self.entry_version = -1
         self.status = ""
         self.version = -1
         self._entry: LedgerEntry | None = None
 
-    def add(self, row: dict[str, Any]) -> None:
+    @property
+    def has_entry(self) -> bool:
+        return self._piece is not None
+
+    def add(self, row: dict[str, Any], piece: Piece, index: int) -> None:
         # the latest entry holds: an epoch is written again only after its records were released
-        latest = self.row is None or row["commit_version"] > self.row["commit_version"]
-        if row["kind"] == "ENTRY" and latest:
-            self.row = row
+        if row["kind"] == "ENTRY" and row["commit_version"] > self.entry_version:
+            self._piece, self._index, self.entry_version = piece, index, row["commit_version"]
             self._entry = None
         if row["commit_version"] >= self.version:
             self.version, self.status = row["commit_version"], row["status"]
 
     def entry(self) -> LedgerEntry:
         if self._entry is None:
-            row = self.row
-            assert row is not None
+            row = self.row()
             decode = _decode_runs if row.get("ranges_encoding") == _RUNS else _decode_offsets
             ranges = tuple(decode(r) for r in row["ranges"] or ())
             self._entry = LedgerEntry(row["query_id"], row["epoch"], ranges, row["member_id"],
                                       row["acquired_at_ms"], row["lock_deadline_ms"], self.status)
         return self._entry
 
+    def row(self) -> dict[str, Any]:
+        assert self._piece is not None
+        return self._piece.row(self._index)
+
     def folded_row(self) -> dict[str, Any]:
-        assert self.row is not None
-        return {**self.row, "status": self.status, "commit_version": self.version}
+        return {**self.row(), "status": self.status, "commit_version": self.version}
 
 
-def _entry_row(entry: LedgerEntry, version: int, now_ms: int) -> dict[str, Any]:
+def entry_row(entry: LedgerEntry, version: int, now_ms: int) -> dict[str, Any]:
+    """The ENTRY row ``Ledger.write_epoch`` commits at ``version``, in the current encoding."""
     return {
         "query_id": entry.query_id, "epoch": entry.epoch, "kind": "ENTRY", "status": entry.status,
         "commit_version": version, "updated_at_ms": now_ms, "member_id": entry.member_id,

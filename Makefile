@@ -38,10 +38,12 @@ demo-kafka: $(STAMP) $(JARS)
 
 test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP) $(JARS)
 	$(BIN)/python -m bench $(BENCH_ARGS)

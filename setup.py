@@ -26,6 +26,8 @@ setup(
             "pytest-timeout>=2.3,<3",
             "chispa>=0.10,<1",
             "ruff>=0.6",
+            # the type checker make test runs over sharegroup_source/ and state_store/ (pyproject.toml)
+            "mypy>=1.11,<3",
             "nbclient>=0.10,<1",
             "nbformat>=5.10,<6",
             "ipykernel>=6.29,<8",

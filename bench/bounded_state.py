@@ -33,8 +33,8 @@ from typing import Any
 import psutil
 import pyarrow as pa
 
+from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.emitted_index import EmittedIndex
-from sharegroup_source.handover import await_previous_member
 from state_store import LedgerEntry, OffsetRange, StateStore
 from state_store.delta_table import Snapshot, Write
 from state_store.ledger import LEDGER_SCHEMA, entry_row

@@ -33,28 +33,35 @@ from typing import Any
 
 import psutil
 import pyarrow as pa
+from confluent_kafka import ShareConsumer
 
 from bench.measure import percentiles_ms
 from sharegroup_source import micro_batch
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.micro_batch import MicroBatchDriver, offset_ranges, payload_partitions
 from sharegroup_source.options import SourceOptions
+from sharegroup_source.schema import records_to_arrow
+from state_store.decisions import Decisions
+from state_store.delta_table import StateTable
+from state_store.ledger import Ledger
 
 __all__ = ["DriverJob", "measure_driver"]
 
-#: cProfile entries folded into named buckets: (label, file suffix or "~" for C code, function name).
-#: Chosen so that no bucket calls into another one; everything else is "other connector Python".
-_BUCKETS = (
-    ("broker: ShareFetch (poll)", "~", "<method 'poll' of 'cimpl.ShareConsumer' objects>"),
-    ("broker: ShareAcknowledge (commit_sync)", "~", "<method 'commit_sync' of 'cimpl.ShareConsumer' objects>"),
-    ("Delta commits (ledger, progress)", "state_store/delta_table.py", "commit"),
-    ("Delta reads (ledger)", "state_store/ledger.py", "get"),
-    ("Delta reads (decisions)", "state_store/decisions.py", "for_epochs"),
-    ("records -> Arrow", "sharegroup_source/schema.py", "records_to_arrow"),
-    ("ledger entry from records", "sharegroup_source/micro_batch.py", "_ledger_entry"),
-    ("partitions: sort + Arrow IPC", "sharegroup_source/micro_batch.py", "_payload_partitions"),
-    ("staging acks (acknowledge_offset)", "sharegroup_source/share_client.py", "acknowledge"),
+#: cProfile entries folded into named buckets, each named by the function it times (a move or a
+#: rename fails at import, and a bucket that matches no call fails the pass). Chosen so that no bucket
+#: calls into another one; everything else is "other connector Python".
+_BUCKETS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("broker: ShareFetch (poll)", ShareConsumer.poll),
+    ("broker: ShareAcknowledge (commit_sync)", ShareConsumer.commit_sync),
+    ("Delta commits (ledger, progress)", StateTable.commit),
+    ("Delta reads (ledger)", Ledger.get),
+    ("Delta reads (decisions)", Decisions.for_epochs),
+    ("records -> Arrow", records_to_arrow),
+    ("ledger entry from records", offset_ranges),
+    ("partitions: sort + Arrow IPC", payload_partitions),
+    ("staging acks (acknowledge_offset)", ShareClient.acknowledge),
 )
-_CALLS = ("latest_offset", "plan", "commit")
+_CALLS = (MicroBatchDriver.latest_offset, MicroBatchDriver.plan, MicroBatchDriver.commit)
 #: The connector's own code, for the self-time hot spots that explain "other connector Python".
 _OWN_CODE = ("/sharegroup_source/", "/state_store/")
 _REPO = str(Path(micro_batch.__file__).resolve().parents[1]) + "/"
@@ -161,7 +168,8 @@ def _timing_pass(job: DriverJob) -> dict[str, Any]:
 def _timing_run(job: DriverJob, group: str, name: str) -> tuple[list[dict[str, float]], float]:
     """One run's steady-state batches (all but the first) and their seconds."""
     driver = _driver(job, group, name)
-    client = driver._client  # the bench reaches in to time the broker round trips; the source is unchanged
+    # the bench reaches in to time the broker round trips; the source is unchanged
+    client = driver._coordinator._client  # type: ignore[attr-defined]
     poll, commit = _Timed(client.poll), _Timed(client.commit)
     client.poll, client.commit = poll, commit  # type: ignore[method-assign]
     batches: list[dict[str, float]] = []
@@ -192,18 +200,22 @@ def _profile_pass(job: DriverJob) -> dict[str, Any]:
         driver.stop()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
 
-    def cumulative(file_suffix: str, function: str) -> tuple[int, float]:
+    def cumulative(function: Callable[..., Any]) -> tuple[int, float]:
+        key = _profile_key(function)
         calls, seconds = 0, 0.0
         for (file, _line, name), (_cc, ncalls, _tt, ct, _callers) in stats.items():
-            if name == function and (file == file_suffix if file_suffix == "~" else file.endswith(file_suffix)):
+            if (file, name) == key:
                 calls, seconds = calls + ncalls, seconds + ct
         return calls, seconds
 
-    total = sum(cumulative("sharegroup_source/micro_batch.py", call)[1] for call in _CALLS)
+    total = sum(cumulative(call)[1] for call in _CALLS)
     records, epochs = sum(batches), len(batches)
     rows = []
-    for label, file_suffix, function in _BUCKETS:
-        calls, seconds = cumulative(file_suffix, function)
+    for label, function in _BUCKETS:
+        calls, seconds = cumulative(function)
+        if calls == 0:
+            raise RuntimeError(f"profile bucket {label!r} matched no call of {_profile_key(function)}: "
+                               "the driver no longer calls it; update _BUCKETS")
         rows.append({"bucket": label, "seconds": round(seconds, 3), "calls_per_epoch": round(calls / epochs, 1)})
     rows.append({"bucket": "other connector Python", "seconds": round(total - sum(r["seconds"] for r in rows), 3),
                  "calls_per_epoch": None})
@@ -216,6 +228,15 @@ def _profile_pass(job: DriverJob) -> dict[str, Any]:
     hot = [{"function": f"{file.removeprefix(_REPO)}:{name}", "self_ms_per_epoch": round(tt / epochs * 1000, 1)}
            for tt, file, name in own]
     return {"epochs": epochs, "records": records, "seconds": round(total, 3), "buckets": rows, "hot_spots": hot}
+
+
+def _profile_key(function: Callable[..., Any]) -> tuple[str, str]:
+    """(file, name) as cProfile records ``function``: Python code by its code object, C methods as ``~``."""
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        return code.co_filename, code.co_name
+    owner = function.__objclass__  # type: ignore[attr-defined]
+    return "~", f"<method '{function.__name__}' of '{owner.__module__}.{owner.__name__}' objects>"
 
 
 def _memory_pass(job: DriverJob) -> dict[str, Any]:

@@ -2,16 +2,28 @@
 
 ``register(spark)`` registers the format where the package is not pip-installed;
 ``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch.
+The connector's exceptions (``sharegroup_source.errors``) are importable from here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sharegroup_source.errors import (
+    ClusterError,
+    DataLossError,
+    FencedError,
+    OptionError,
+    OutcomeError,
+    StateMismatchError,
+    StateStoreError,
+)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["acknowledge", "register"]
+__all__ = ["ClusterError", "DataLossError", "FencedError", "OptionError", "OutcomeError", "StateMismatchError",
+           "StateStoreError", "acknowledge", "register"]
 
 
 def register(spark: SparkSession) -> None:

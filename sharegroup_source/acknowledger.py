@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
-from sharegroup_source.progress import SourceCounters
-from sharegroup_source.share_client import Ack, AckResult, AckType, ShareClient
-from state_store import FencedError, LedgerEntry, StateStore
+from sharegroup_source.acks import Ack, AckType
+from sharegroup_source.coordinators import Coordinator
+from state_store import EpochStatus, FencedError, LedgerEntry, SourceCounters, StateStore
 
 __all__ = ["Acknowledger"]
 
@@ -28,11 +28,13 @@ LOCK_WARNING_SHARE = 0.8
 
 
 class Acknowledger:
-    def __init__(self, client: ShareClient, store: StateStore, query_id: str, counters: SourceCounters,
+    """Turns committed epochs and recorded decisions into acknowledgements, and counts what took."""
+
+    def __init__(self, coordinator: Coordinator, store: StateStore, group_id: str, counters: SourceCounters,
                  lock_duration_ms: int):
-        self._client = client
+        self._coordinator = coordinator
         self._store = store
-        self._query_id = query_id
+        self._group_id = group_id
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
 
@@ -46,11 +48,11 @@ class Acknowledger:
         entries = list(entries)
         if not entries:
             return {}
-        decisions = self._store.decisions.for_epochs(self._query_id, [e.epoch for e in entries])
+        decisions = self._store.decisions.for_epochs(self._group_id, [e.epoch for e in entries])
         acks = [Ack(r.topic, r.partition, offset, AckType(decisions.get((r.topic, r.partition, offset),
-                                                                        ("ACCEPT", None))[0]))
+                                                                        (AckType.ACCEPT, None))[0]))
                 for entry in entries for r in entry.ranges for offset in r.offsets()]
-        rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == "REJECT"}
+        rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == AckType.REJECT}
         for entry in entries:
             if rejected and entry.epoch in payloads:
                 self.dead_letter(payloads[entry.epoch], rejected)
@@ -59,7 +61,7 @@ class Acknowledger:
                           for entry in entries}
         for entry in entries:
             self._warn_on_lock_headroom(entry)
-        self._set_statuses({e: "ACK_FAILED" if n else "ACKED" for e, n in unacknowledged.items()})
+        self._set_statuses({e: EpochStatus.ACK_FAILED if n else EpochStatus.ACKED for e, n in unacknowledged.items()})
         return unacknowledged
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
@@ -80,7 +82,7 @@ class Acknowledger:
             "delivery_count": rows.column("deliveryCount"),
             "reason": [reasons[key] for key in keys if key in reasons],
             "time": pa.array([now_ms] * rows.num_rows, pa.int64()),
-            "group_id": pa.array([self._query_id] * rows.num_rows, pa.string()),
+            "group_id": pa.array([self._group_id] * rows.num_rows, pa.string()),
         }))
         self._counters.dead_lettered += rows.num_rows
 
@@ -91,40 +93,29 @@ class Acknowledger:
         if acks:
             # status first: if the process dies before the acks leave, the locks expire anyway
             try:
-                self._set_statuses({e.epoch: "RELEASED" for e in entries})
+                self._set_statuses({e.epoch: EpochStatus.RELEASED for e in entries})
             except FencedError as fenced:  # the records go back all the same: no other run holds them
                 log.warning("%s", fenced)
             self.send(acks)
 
     def send(self, acks: list[Ack]) -> set[tuple[str, int]]:
-        """Stage and commit ``acks``; returns the share-partitions whose acknowledgement failed.
-
-        A partition the commit has no result for failed too: nothing says the broker applied
-        its acknowledgements, and counting it ACKED would let a redelivery pass as new.
-        """
+        """Have the coordinator settle ``acks``; returns the share-partitions whose acknowledgement failed."""
         if not acks:
             return set()
-        self._client.acknowledge(acks)
-        results: list[AckResult] = self._client.commit()
-        failed = {(r.topic, r.partition) for r in results if not r.ok}
-        missing = {(a.topic, a.partition) for a in acks} - {(r.topic, r.partition) for r in results}
-        for topic, partition in sorted(missing):
-            results.append(AckResult(topic, partition, "no result in the commit's answer"))
-        failed |= missing
-        by_type = Counter(a.type for a in acks if (a.topic, a.partition) not in failed)
+        failures = self._coordinator.acknowledge(acks)
+        by_type = Counter(a.type for a in acks if (a.topic, a.partition) not in failures)
         self._counters.accepted += by_type[AckType.ACCEPT]
         self._counters.released += by_type[AckType.RELEASE]
         self._counters.rejected += by_type[AckType.REJECT]
-        self._counters.ack_failures += sum((a.topic, a.partition) in failed for a in acks)
-        for result in results:
-            if not result.ok:
-                log.warning("acknowledgement of %s[%d] failed (%s); its records will be redelivered and "
-                            "deduplicated", result.topic, result.partition, result.error)
-        return failed
+        self._counters.ack_failures += sum((a.topic, a.partition) in failures for a in acks)
+        for (topic, partition), reason in sorted(failures.items()):
+            log.warning("acknowledgement of %s[%d] failed (%s); its records will be redelivered and "
+                        "deduplicated", topic, partition, reason)
+        return set(failures)
 
-    def _set_statuses(self, statuses: dict[int, str]) -> None:
+    def _set_statuses(self, statuses: dict[int, EpochStatus]) -> None:
         for status in set(statuses.values()):
-            self._store.ledger.set_status(self._query_id, [e for e, s in statuses.items() if s == status], status)
+            self._store.ledger.set_status(self._group_id, [e for e, s in statuses.items() if s == status], status)
 
     def _warn_on_lock_headroom(self, entry: LedgerEntry) -> None:
         used_ms = time.time() * 1000 - entry.acquired_at_ms

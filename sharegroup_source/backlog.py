@@ -12,41 +12,42 @@ their lock would risk expiring inside a batch: those are given back instead, onc
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
-from confluent_kafka import Message
+import pyarrow as pa
 
-from sharegroup_source.schema import record_bytes
+from sharegroup_source.schema import NO_RECORDS, row_bytes
 
 __all__ = ["Backlog", "epoch_size"]
 
 
-def epoch_size(records: Sequence[Message], limit: int | None, max_bytes: int | None) -> int:
-    """How many of ``records``, from the front, make the next epoch: at most ``limit`` records and
+def epoch_size(records: pa.Table, limit: int | None, max_bytes: int | None) -> int:
+    """How many rows of ``records``, from the front, make the next epoch: at most ``limit`` records and
     ``max_bytes`` bytes (maxRecordsPerTrigger, maxBytesPerTrigger), but at least one."""
-    cut = len(records) if limit is None else min(limit, len(records))
+    cut = records.num_rows if limit is None else min(limit, records.num_rows)
     if max_bytes is not None:
         size = 0
-        for at, record in enumerate(records[:cut]):
-            size += record_bytes(record)
+        for at, weight in enumerate(row_bytes(records.slice(0, cut))):
+            size += weight
             if size > max_bytes and at > 0:
                 return at
     return cut
 
 
 class Backlog:
+    """Acquired records (an output table) not yet in an epoch, with when they were acquired."""
+
     def __init__(self, lock_duration_ms: int):
-        self._records: list[Message] = []
+        self._records = NO_RECORDS
         self._lock_duration_ms = lock_duration_ms
         self.acquired_at_ms = 0
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._records.num_rows
 
-    def keep(self, records: Sequence[Message], acquired_at_ms: int) -> None:
-        """Hold the surplus of the poll made at ``acquired_at_ms`` (the backlog is empty then)."""
-        assert not self._records, "a consumer polls only once its previous poll is settled"
-        self._records = list(records)
+    def keep(self, records: pa.Table, acquired_at_ms: int) -> None:
+        """Hold the surplus of the acquisition made at ``acquired_at_ms`` (the backlog is empty then)."""
+        assert not self, "a member acquires again only once its previous acquisition is settled"
+        self._records = records
         self.acquired_at_ms = acquired_at_ms
 
     def fresh(self, now_ms: int | None = None) -> bool:
@@ -54,13 +55,13 @@ class Backlog:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return now_ms - self.acquired_at_ms < self._lock_duration_ms / 2
 
-    def take(self, limit: int | None, max_bytes: int | None = None) -> list[Message]:
+    def take(self, limit: int | None, max_bytes: int | None = None) -> pa.Table:
         """The next epoch (see :func:`epoch_size`)."""
         cut = epoch_size(self._records, limit, max_bytes)
-        taken, self._records = self._records[:cut], self._records[cut:]
+        taken, self._records = self._records.slice(0, cut), self._records.slice(cut)
         return taken
 
-    def give_back(self) -> list[Message]:
+    def give_back(self) -> pa.Table:
         """Everything held, for a RELEASE: the backlog is empty afterwards."""
-        records, self._records = self._records, []
+        records, self._records = self._records, NO_RECORDS
         return records

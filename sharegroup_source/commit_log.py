@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from pyarrow import fs
 
+from sharegroup_source.offset import EpochOffset
+
 __all__ = ["CommitLog", "CommitWatcher"]
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ class CommitLog:
         location = checkpoint_location.rstrip("/")
         if location.startswith("dbfs:/"):  # Databricks mounts DBFS on the driver at /dbfs
             location = "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
+        self._fs: fs.FileSystem
+        self._root: str
         self._fs, self._root = fs.FileSystem.from_uri(location) if "://" in location else (
             fs.LocalFileSystem(), location)
         self._batch = -1
@@ -68,8 +72,8 @@ class CommitLog:
                 offset = json.loads(line)
             except ValueError:
                 continue  # another source's offset, or "-" for a source without one
-            if isinstance(offset, dict) and "epoch" in offset and offset.keys() <= {"epoch", "state"}:
-                ours.append(int(offset["epoch"]))
+            if EpochOffset.is_ours(offset):
+                ours.append(EpochOffset.of(offset).epoch)
         if len(ours) > 1:
             raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: "
                              "checkpointLocation cannot tell them apart; leave the option out")

@@ -12,11 +12,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["ClusterError", "log_end_offsets", "partition_counts"]
+from sharegroup_source.errors import ClusterError
 
-
-class ClusterError(RuntimeError):
-    """The Kafka cluster is unreachable or lacks what the options name."""
+__all__ = ["log_end_offsets", "partition_counts"]
 
 
 def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:

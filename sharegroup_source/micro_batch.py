@@ -19,27 +19,25 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
-from confluent_kafka import Message
 
 from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.acks import Ack, AckType, record_keys, releases
 from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
+from sharegroup_source.coordinators import open_coordinator
 from sharegroup_source.emitted_index import EmittedIndex
-from sharegroup_source.handover import HANDOVER_TIMEOUT_S, await_previous_member
+from sharegroup_source.errors import FencedError, StateMismatchError
 from sharegroup_source.metadata import log_end_offsets
+from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
-from sharegroup_source.progress import SourceCounters
-from sharegroup_source.schema import records_to_arrow, row_bytes, to_ipc
-from sharegroup_source.share_client import Ack, AckType, ShareClient
-from state_store import FencedError, LedgerEntry, OffsetRange, StateStore
+from sharegroup_source.schema import NO_RECORDS, row_bytes, to_ipc
+from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
 
-__all__ = ["MicroBatchDriver", "StateMismatchError"]
+__all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions"]
 
 log = logging.getLogger(__name__)
 
-UNSETTLED = ("ACQUIRED", "EMITTED")
-SETTLED = ("ACKED", "ACK_FAILED")
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
 #: Compact, checkpoint and vacuum the state tables this often, so a long-running query's state stays small.
 MAINTAIN_EVERY_EPOCHS = 200
@@ -52,49 +50,28 @@ AVAILABLE_NOW_IDLE_S = 5.0
 FIRST_ACQUISITION_WAIT_S = 12.0
 
 
-class StateMismatchError(RuntimeError):
-    """The state location belongs to another checkpoint."""
-
-
 class MicroBatchDriver:
-    """``handover_timeout_s``: how long a run waits for the previous run's member to leave."""
+    """``handover_timeout_s``: how long a run waits for the previous run's member to leave
+    (None: the coordinator's default)."""
 
-    def __init__(self, options: SourceOptions, handover_timeout_s: float = HANDOVER_TIMEOUT_S):
+    def __init__(self, options: SourceOptions, handover_timeout_s: float | None = None):
         self._options = options
-        self._query_id = options.group_id
+        self._group_id = options.group_id
         self._run_id = uuid.uuid4().hex
         self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
                                 storage_options=dict(options.storage_options))
         self.counters = SourceCounters()
-        # the previous run's stop writes its releases: read the ledger only once it has left
-        await_previous_member(self.store.progress, self._query_id, handover_timeout_s)
-        # from here on a run still writing (a zombie driver, another host) fails at its next write
-        self._fence = self.store.ledger.fence(self._query_id, self._run_id)
-        # epochs this run's member acquired and has not settled, with their payload
-        self._held: dict[int, LedgerEntry] = {}
-        self._payload: dict[int, pa.Table] = {}
-        live = self.store.ledger.entries(self._query_id, statuses=(*UNSETTLED, "ACK_FAILED"))
-        self._emitted = EmittedIndex(live)
-        for entry in live:
-            if entry.status == "ACK_FAILED":  # how many failed is not kept: all of them, at most
-                self._emitted.expect_back(entry.epoch, entry.record_count)
-        # unsettled epochs of an earlier run: their locks died with that run's member
-        self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
-        # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
-        # only when it builds the next batch), and then their records come back and must not be
-        # emitted again
-        self._released: dict[int, LedgerEntry] = {
-            e.epoch: e for e in self.store.ledger.entries(self._query_id, statuses=("RELEASED",))}
+        self._published: dict[str, int | None] = {}
+        # joins once the previous run's member has left: that run's stop writes its releases to the ledger
+        self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
+        self._acks = Acknowledger(self._coordinator, self.store, self._group_id, self.counters,
+                                  options.lock_duration_ms)
+        self._backlog = Backlog(options.lock_duration_ms)
         self._available_now: dict[tuple[str, int], int] | None = None
         # an AvailableNow run saw a record past its target: polling again would re-acquire the
         # records it gave back, spending a delivery attempt each time, so the run ends instead
         self._past_target = False
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
-        self._published: dict[str, int] = {}
-        self._client = ShareClient(options.client_config, options.topics, options.max_poll_records,
-                                   metadata_timeout_s=30)
-        self._acks = Acknowledger(self._client, self.store, self._query_id, self.counters, options.lock_duration_ms)
-        self._backlog = Backlog(options.lock_duration_ms)
         self._assigned = False  # true once the member surely has its partitions: after its first acquisition
         # Spark's calls and the commit watcher share the member: one at a time
         self._lock = threading.RLock()
@@ -102,12 +79,15 @@ class MicroBatchDriver:
         self._watcher: CommitWatcher | None = None
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
+            # from here on a run still writing (a zombie driver, another host) fails at its next write
+            self._fence = self.store.ledger.fence(self._group_id, self._run_id)
+            self._read_ledger()
             self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
             self._watcher = CommitWatcher(self._commit_log, self.commit) if self._commit_log else None
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
             if self._watcher is not None:
                 self._watcher.stop()
-            self._client.close()
+            self._coordinator.close()
             self._publish_counters(left=True)
             raise
         if self._watcher is None:
@@ -115,103 +95,120 @@ class MicroBatchDriver:
                      "checkpointLocation to the query's checkpoint to acknowledge as soon as Spark commits",
                      options.group_id)
 
+    def _read_ledger(self) -> None:
+        """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle."""
+        # epochs this run's member acquired and has not settled, with their payload
+        self._held: dict[int, LedgerEntry] = {}
+        self._payload: dict[int, pa.Table] = {}
+        live = self.store.ledger.entries(self._group_id, statuses=(*UNSETTLED, EpochStatus.ACK_FAILED))
+        self._emitted = EmittedIndex(live)
+        for entry in live:
+            if entry.status == EpochStatus.ACK_FAILED:  # how many failed is not kept: all of them, at most
+                self._emitted.expect_back(entry.epoch, entry.record_count)
+        # unsettled epochs of an earlier run: their locks died with that run's member
+        self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
+        # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
+        # only when it builds the next batch), and then their records come back and must not be
+        # emitted again
+        self._released: dict[int, LedgerEntry] = {
+            e.epoch: e for e in self.store.ledger.entries(self._group_id, statuses=(EpochStatus.RELEASED,))}
+
     # -- Spark's calls ---------------------------------------------------------------
     def initial_offset(self) -> dict:
         """Always epoch 0: Spark asks again when it re-runs batch 0, so the answer must not move."""
-        return {"epoch": 0}
+        return EpochOffset(0).json()
 
     def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
         with self._lock:
             try:
-                return self._latest_offset(start, max_records)
+                return self._latest_offset(EpochOffset.of(start), max_records).json()
             finally:
                 self._publish_counters()
 
-    def _latest_offset(self, start: Mapping, max_records: int | None) -> dict:
-        start_epoch = int(start["epoch"])
+    def _latest_offset(self, start: EpochOffset, max_records: int | None) -> EpochOffset:
         self._check_state_belongs(start)
-        self.settle_through(start_epoch)
-        next_epoch = start_epoch + 1
-        ledgered = self.store.ledger.get(self._query_id, next_epoch)
-        if ledgered is not None and ledgered.status in SETTLED:
+        self.settle_through(start.epoch)
+        next_epoch = start.epoch + 1
+        ledgered = self.store.ledger.get(self._group_id, next_epoch)
+        if ledgered is not None and ledgered.status in (EpochStatus.ACKED, EpochStatus.ACK_FAILED):
             raise StateMismatchError(
                 f"stateLocation={self._options.state_location_shown} already settled epoch {next_epoch}, which "
                 f"this checkpoint has not started: each checkpoint needs its own stateLocation")
-        if ledgered is not None and ledgered.status != "RELEASED":
+        if ledgered is not None and ledgered.status != EpochStatus.RELEASED:
             return self._offset(next_epoch)  # ledgered by an earlier run before Spark logged it: same epoch again
         # a RELEASED epoch Spark never logged gave its records back: the epoch is acquired anew
         fresh, acquired_at_ms = self._acquire(max_records)
-        if not fresh:
-            return dict(start)
+        if not fresh.num_rows:
+            return start
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
         try:
             kept = self.store.ledger.write_epoch(entry, replace_released=True)
             if kept.member_id != self._run_id:
-                raise FencedError(f"query {self._query_id!r}: epoch {next_epoch} was ledgered by run "
+                raise FencedError(f"query {self._group_id!r}: epoch {next_epoch} was ledgered by run "
                                   f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
                                   f"stateLocation={self._options.state_location_shown}; this run gave its records "
                                   "back and stops")
         except BaseException:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
-            self._acks.send(_releases(fresh))
+            self._acks.send(releases(fresh))
             raise
         self._released.pop(next_epoch, None)
         self._held[next_epoch] = entry
         # headers are kept even when not emitted: a rejected record's dead letter needs them
-        self._payload[next_epoch] = records_to_arrow(fresh, next_epoch, include_headers=True)
+        self._payload[next_epoch] = fresh.set_column(fresh.schema.get_field_index("epoch"), "epoch",
+                                                     pa.array([next_epoch] * fresh.num_rows, pa.int64()))
         self._emitted.add(entry)
-        self.counters.acquired += len(fresh)
+        self.counters.acquired += fresh.num_rows
         self.counters.epochs += 1
         return self._offset(next_epoch)
 
-    def _offset(self, epoch: int) -> dict:
+    def _offset(self, epoch: int) -> EpochOffset:
         """An offset names the state it belongs to, so a checkpoint can never be paired with another state."""
-        return {"epoch": epoch, "state": self._fence.state_id}
+        return EpochOffset(epoch, self._fence.state_id)
 
-    def _check_state_belongs(self, start: Mapping) -> None:
+    def _check_state_belongs(self, start: EpochOffset) -> None:
         """Refuse a checkpoint whose offsets this state location cannot have produced."""
-        epoch, state = int(start["epoch"]), start.get("state")
         where = f"stateLocation={self._options.state_location_shown}"
-        if state is not None and state != self._fence.state_id:
+        if start.state is not None and start.state != self._fence.state_id:
             raise StateMismatchError(
-                f"the checkpoint's offsets belong to state {state}, but {where} holds state {self._fence.state_id}: "
-                "the state location was replaced, or another query's checkpoint is used; each checkpoint needs "
-                "the stateLocation it started with")
-        if epoch > 0 and self.store.ledger.get(self._query_id, epoch) is None:
+                f"the checkpoint's offsets belong to state {start.state}, but {where} holds state "
+                f"{self._fence.state_id}: the state location was replaced, or another query's checkpoint is used; "
+                "each checkpoint needs the stateLocation it started with")
+        if start.epoch > 0 and self.store.ledger.get(self._group_id, start.epoch) is None:
             raise StateMismatchError(
-                f"the checkpoint resumes after epoch {epoch}, which {where} does not hold: was the state "
+                f"the checkpoint resumes after epoch {start.epoch}, which {where} does not hold: was the state "
                 "location deleted or replaced? Restore it, or start a new checkpoint with a new stateLocation")
-        newest = self.store.ledger.max_epoch(self._query_id)
-        if epoch == 0 and newest is not None and newest > 1:
+        newest = self.store.ledger.max_epoch(self._group_id)
+        if start.epoch == 0 and newest is not None and newest > 1:
             raise StateMismatchError(
                 f"a new checkpoint starts on {where}, which already holds epochs up to {newest} of group "
-                f"{self._query_id!r}: each checkpoint needs its own stateLocation")
+                f"{self._group_id!r}: each checkpoint needs its own stateLocation")
 
     def plan(self, start: Mapping, end: Mapping) -> list:
         with self._lock:
-            return self._plan(start, end)
+            return self._plan(EpochOffset.of(start), EpochOffset.of(end))
 
-    def _plan(self, start: Mapping, end: Mapping) -> list:
+    def _plan(self, start: EpochOffset, end: EpochOffset) -> list:
         partitions: list = []
         emitted = []
-        for epoch in range(int(start["epoch"]) + 1, int(end["epoch"]) + 1):
+        for epoch in range(start.epoch + 1, end.epoch + 1):
             if epoch in self._payload:
-                partitions += self._payload_partitions(epoch, self._payload[epoch])
+                partitions += payload_partitions(epoch, self._payload[epoch], self._options)
                 emitted.append(epoch)
                 continue
-            entry = self.store.ledger.get(self._query_id, epoch)
+            entry = self.store.ledger.get(self._group_id, epoch)
             if entry is None:
-                raise RuntimeError(
+                raise StateMismatchError(
                     f"epoch {epoch} is in Spark's checkpoint but not in the ledger at stateLocation="
                     f"{self._options.state_location_shown}: was the state location changed or deleted?")
-            partitions += self._replay_partitions(entry)
+            partitions += replay_partitions(entry, self._options)
             self._released.pop(epoch, None)
-            if entry.status == "RELEASED":
+            if entry.status == EpochStatus.RELEASED:
                 emitted.append(epoch)
                 self._emitted.add(entry)
-            if entry.status in ("RELEASED", *UNSETTLED):
+            if entry.status == EpochStatus.RELEASED or entry.status in UNSETTLED:
                 self._foreign[epoch] = entry
         if emitted:
-            self.store.ledger.set_status(self._query_id, emitted, "EMITTED")
+            self.store.ledger.set_status(self._group_id, emitted, EpochStatus.EMITTED)
         return partitions
 
     def commit(self, epoch: int) -> None:
@@ -240,7 +237,7 @@ class MicroBatchDriver:
             self._foreign[entry.epoch] = entry
         foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
         if foreign:
-            self.store.ledger.set_status(self._query_id, [e.epoch for e in foreign], "ACK_FAILED")
+            self.store.ledger.set_status(self._group_id, [e.epoch for e in foreign], EpochStatus.ACK_FAILED)
             self.counters.ack_failures += sum(e.record_count for e in foreign)
             for entry in foreign:  # their locks died with their member: every record comes back
                 self._emitted.expect_back(entry.epoch, entry.record_count)
@@ -262,96 +259,97 @@ class MicroBatchDriver:
                     self.settle_through(committed)
                 except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
                     log.warning("%s", fenced)
-            self._acks.send(_releases(self._backlog.give_back()))
+            self._acks.send(releases(self._backlog.give_back()))
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()
             self._payload.clear()
         finally:
-            self._client.close()
+            self._coordinator.close()
             self._publish_counters(left=True)
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""
-        self._available_now = log_end_offsets(self._options.replay_config, self._client.partitions)
+        self._available_now = log_end_offsets(self._options.replay_config, self._coordinator.partitions)
 
     # -- helpers -----------------------------------------------------------------------
     def _publish_counters(self, left: bool = False) -> None:
         snapshot = self.counters.snapshot()
         if snapshot != self._published or left:
-            self.store.progress.append(self._query_id, self._run_id, snapshot, left=left)
+            self.store.progress.append(self._group_id, self._run_id, snapshot, left=left)
             self._published = snapshot
 
-    def _acquire(self, max_records: int | None) -> tuple[list[Message], int]:
-        """The next epoch's records and when they were acquired: from the backlog, or polled.
+    def _acquire(self, max_records: int | None) -> tuple[pa.Table, int]:
+        """The next epoch's records and when they were acquired: from the backlog, or newly acquired.
 
-        Poll until fresh records arrive or the queue stays idle long enough. Redeliveries are
+        Acquire until fresh records arrive or the queue stays idle long enough. Redeliveries are
         settled on the spot and do not end the wait. Under Trigger.AvailableNow an empty
-        answer ends the run, and a new member's first polls return nothing until its
-        assignment arrives, so emptiness must last a while; but once a poll brought records
-        past the run's target, the run ends without polling again (each poll would acquire
+        answer ends the run, and a new member's first acquisitions return nothing until its
+        assignment arrives, so emptiness must last a while; but once an acquisition brought records
+        past the run's target, the run ends without acquiring again (each time would acquire
         them anew, and the broker archives a record at its delivery-count limit).
         """
         if self._backlog:
             if self._backlog.fresh():
                 taken = self._backlog.take(max_records, self._options.max_bytes_per_trigger)
                 return taken, self._backlog.acquired_at_ms
-            self._acks.send(_releases(self._backlog.give_back()))
+            self._acks.send(releases(self._backlog.give_back()))
         if self._past_target:
-            return [], int(time.time() * 1000)
+            return NO_RECORDS, int(time.time() * 1000)
         poll_s = self._options.poll_timeout_ms / 1000
         idle_s = AVAILABLE_NOW_IDLE_S if self._available_now is not None else poll_s
         idle_until = time.monotonic() + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
         while True:
             remaining = idle_until - time.monotonic()
             acquired_at_ms = int(time.time() * 1000)
-            fresh = self._admit(self._client.poll(max(min(poll_s, remaining), 0.01)), max_records, acquired_at_ms)
-            if fresh or time.monotonic() >= idle_until:
+            acquired = self._coordinator.acquire(max_records, max(min(poll_s, remaining), 0.01))
+            fresh = self._admit(acquired, max_records, acquired_at_ms)
+            if fresh.num_rows or time.monotonic() >= idle_until:
                 self._assigned = True
                 return fresh, acquired_at_ms
 
-    def _admit(self, records: Sequence[Message], max_records: int | None, acquired_at_ms: int) -> list[Message]:
-        """Split a poll into fresh records, the backlog, and records settled on the spot.
+    def _admit(self, records: pa.Table, max_records: int | None, acquired_at_ms: int) -> pa.Table:
+        """Split an acquisition into fresh records, the backlog, and records settled on the spot.
 
         A redelivery of a record this query emitted gets the outcome decided for it then (ACCEPT
         unless recorded otherwise); one that was RELEASEd on purpose is emitted again. Records
         past ``maxDeliveries`` are rejected; records past the AvailableNow target are given
         back; records past the read limit wait in the backlog for the next epochs.
         """
-        admitted: list[tuple[Message, int | None]] = []  # with the epoch that emitted it before, if any
+        admitted: list[int] = []  # rows, in acquisition order
+        came_back: list[int | None] = []  # per admitted row: the epoch that emitted it before, if any
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
-        deduped: list[tuple[int, tuple[str, int, int]]] = []
-        for record in records:
-            key = (record.topic(), record.partition(), record.offset())
+        deduped: list[tuple[int, tuple[str, int, int]]] = []  # (the epoch that emitted it, record)
+        counts = records.column("deliveryCount").to_pylist()
+        for row, key in enumerate(record_keys(records)):
             epoch = self._emitted.epoch_of(*key)
             earlier = self._decision(epoch, key) if epoch is not None else None
-            if earlier is not None and earlier[0] != "RELEASE":
+            if epoch is not None and earlier is not None and earlier[0] != AckType.RELEASE:
                 immediate.append(Ack(*key, AckType(earlier[0])))
                 deduped.append((epoch, key))
                 self.counters.redeliveries_deduped += 1
-                if earlier[0] == "REJECT":
+                if earlier[0] == AckType.REJECT:
                     rejected[key] = earlier[1]
-            elif self._options.max_deliveries and (record.delivery_count() or 1) > self._options.max_deliveries:
+            elif self._options.max_deliveries and counts[row] > self._options.max_deliveries:
                 immediate.append(Ack(*key, AckType.REJECT))
                 rejected[key] = MAX_DELIVERIES_REASON
             elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
                 self._past_target = True
             else:
-                admitted.append((record, epoch))
-        cut = epoch_size([record for record, _ in admitted], max_records, self._options.max_bytes_per_trigger)
-        fresh = [record for record, _ in admitted[:cut]]
-        surplus = [record for record, _ in admitted[cut:]]
+                admitted.append(row)
+                came_back.append(epoch)
+        admitted_records = records.take(pa.array(admitted, pa.int64()))
+        cut = epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger)
         # released on purpose before, emitted again now in a new epoch
-        self._came_back([epoch for _, epoch in admitted[:cut] if epoch is not None])
+        self._came_back([epoch for epoch in came_back[:cut] if epoch is not None])
         if rejected:
-            dead = [r for r in records if (r.topic(), r.partition(), r.offset()) in rejected]
-            self._acks.dead_letter(records_to_arrow(dead, 0, include_headers=True), rejected)
+            self._acks.dead_letter(records, rejected)
         failed = self._acks.send(immediate)
         self._came_back([epoch for epoch, key in deduped if key[:2] not in failed])
-        if surplus:
-            self._backlog.keep(surplus, acquired_at_ms)
-        return fresh
+        if cut < admitted_records.num_rows:
+            self._backlog.keep(admitted_records.slice(cut), acquired_at_ms)
+        return admitted_records.slice(0, cut)
 
     def _came_back(self, epochs: Sequence[int]) -> None:
         """Redeliveries settled: an epoch none of whose records can come back any more is done."""
@@ -359,54 +357,56 @@ class MicroBatchDriver:
         for epoch in done:
             self._decisions.pop(epoch, None)
         if done:  # every record of theirs was acknowledged in the end
-            self.store.ledger.set_status(self._query_id, done, "ACKED")
+            self.store.ledger.set_status(self._group_id, done, EpochStatus.ACKED)
 
     def _decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
         if epoch not in self._decisions:
-            self._decisions[epoch] = self.store.decisions.for_epochs(self._query_id, [epoch])
-        return self._decisions[epoch].get(key, ("ACCEPT", None))
+            self._decisions[epoch] = self.store.decisions.for_epochs(self._group_id, [epoch])
+        return self._decisions[epoch].get(key, (AckType.ACCEPT, None))
 
     def _beyond_target(self, key: tuple[str, int, int]) -> bool:
         if self._available_now is None:
             return False
         return key[2] >= self._available_now.get(key[:2], 0)
 
-    def _ledger_entry(self, epoch: int, records: Sequence[Message], acquired_at_ms: int) -> LedgerEntry:
-        by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for r in records:
-            by_partition.setdefault((r.topic(), r.partition()), []).append((r.offset(), r.delivery_count() or 1))
-        ranges = tuple(OffsetRange.of(topic, partition, sorted(pairs))
-                       for (topic, partition), pairs in sorted(by_partition.items()))
-        return LedgerEntry(self._query_id, epoch, ranges, self._run_id, acquired_at_ms,
-                           acquired_at_ms + self._options.lock_duration_ms, "ACQUIRED")
-
-    def _payload_partitions(self, epoch: int, table: pa.Table) -> list[PayloadPartition]:
-        """Tasks of at most maxRecordsPerPartition records and maxBytesPerPartition bytes (a larger
-        record alone): a task travels to its executor in one RPC message, which Spark caps."""
-        table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        if not self._options.include_headers:
-            table = table.drop_columns(["headers"])
-        cuts, count, size = [0], 0, 0
-        for row, weight in enumerate(row_bytes(table)):
-            if count and (count == self._options.max_records_per_partition or
-                          size + weight > self._options.max_bytes_per_partition):
-                cuts.append(row)
-                count, size = 0, 0
-            count, size = count + 1, size + weight
-        cuts.append(table.num_rows)
-        return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a))) for a, b in itertools.pairwise(cuts) if b > a]
-
-    def _replay_partitions(self, entry: LedgerEntry) -> list[ReplayPartition]:
-        size = self._options.max_records_per_partition
-        parts = []
-        for r in entry.ranges:
-            offsets, counts = r.offsets(), list(r.delivery_counts)
-            for at in range(0, len(offsets), size):
-                parts.append(ReplayPartition(entry.epoch, r.topic, r.partition, offsets[at:at + size],
-                                             counts[at:at + size], self._options.include_headers,
-                                             self._options.fail_on_data_loss, self._options.replay_config))
-        return parts
+    def _ledger_entry(self, epoch: int, records: pa.Table, acquired_at_ms: int) -> LedgerEntry:
+        return LedgerEntry(self._group_id, epoch, offset_ranges(records), self._run_id, acquired_at_ms,
+                           acquired_at_ms + self._options.lock_duration_ms, EpochStatus.ACQUIRED)
 
 
-def _releases(records: Sequence[Message]) -> list[Ack]:
-    return [Ack(r.topic(), r.partition(), r.offset(), AckType.RELEASE) for r in records]
+def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:
+    """An output table's records as the ledger keeps them: per topic-partition, offsets and delivery counts."""
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for (topic, partition, offset), count in zip(record_keys(records), records.column("deliveryCount").to_pylist(),
+                                                 strict=True):
+        by_partition.setdefault((topic, partition), []).append((offset, count))
+    return tuple(OffsetRange.of(topic, partition, sorted(pairs))
+                 for (topic, partition), pairs in sorted(by_partition.items()))
+
+
+def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> list[PayloadPartition]:
+    """An acquired epoch's tasks: at most maxRecordsPerPartition records and maxBytesPerPartition bytes each
+    (a larger record alone), since a task travels to its executor in one RPC message, which Spark caps."""
+    table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+    if not options.include_headers:
+        table = table.drop_columns(["headers"])
+    cuts, count, size = [0], 0, 0
+    for row, weight in enumerate(row_bytes(table)):
+        if count and (count == options.max_records_per_partition or size + weight > options.max_bytes_per_partition):
+            cuts.append(row)
+            count, size = 0, 0
+        count, size = count + 1, size + weight
+    cuts.append(table.num_rows)
+    return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a))) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def replay_partitions(entry: LedgerEntry, options: SourceOptions) -> list[ReplayPartition]:
+    """A ledgered epoch's tasks, offsets only (maxRecordsPerPartition each): executors read them back from Kafka."""
+    size = options.max_records_per_partition
+    parts = []
+    for r in entry.ranges:
+        offsets, counts = r.offsets(), list(r.delivery_counts)
+        for at in range(0, len(offsets), size):
+            parts.append(ReplayPartition(entry.epoch, r.topic, r.partition, offsets[at:at + size], counts[at:at + size],
+                                         options.include_headers, options.fail_on_data_loss, options.replay_config))
+    return parts

@@ -13,6 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sharegroup_source.schema import message_key
+
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
 
 #: Never the share group's id: a classic member under that id would clash with it.
@@ -102,7 +104,7 @@ class OffsetRangeReader:
                     if _transient(error):
                         continue  # librdkafka reconnects and refetches on its own
                     raise KafkaException(error)
-                offset = message.offset()
+                offset = message_key(message)[2]
                 if offset in remaining:
                     remaining.discard(offset)
                     found.append(message)
@@ -142,3 +144,4 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _transient(error: KafkaError) -> bool:
     return not error.fatal() and (error.retriable() or error.code() in _TRANSIENT)
+

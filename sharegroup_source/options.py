@@ -9,15 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
+from sharegroup_source.coordinators.broker.share_client import share_consumer_config
+from sharegroup_source.errors import OptionError
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
-from sharegroup_source.share_client import share_consumer_config
 
-__all__ = ["OptionError", "SourceOptions", "storage_options_of"]
+__all__ = ["SourceOptions", "StateOptions"]
 
 COORDINATORS = ("broker", "delta")
 _KAFKA_PREFIX = "kafka."
@@ -40,8 +41,21 @@ _RESERVED_KAFKA = {"share.acknowledgement.mode", "max.poll.records", "enable.aut
 _REPLAY_ONLY_KAFKA = {"isolation.level"}
 
 
-class OptionError(ValueError):
-    """An option is missing or has a wrong value; the message names it."""
+@dataclass(frozen=True)
+class StateOptions:
+    """Where a source keeps its state: all that ``acknowledge(..., options=...)`` needs of the
+    source's options, parsed by the same rules (the other options may be there too)."""
+
+    group_id: str
+    state_location: str
+    #: delta-rs storage options for stateLocation and deadLetterLocation (``stateStorage.*``)
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> StateOptions:
+        lowered = {str(key).lower(): value for key, value in options.items()}
+        return cls(group_id=_group_id(lowered), state_location=_required(lowered, "stateLocation"),
+                   storage_options=_storage_options(options))
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,7 @@ class SourceOptions:
                               f"sharegroup options: {', '.join(sorted(_DOCUMENTED))}")
 
         bootstrap = _required(lowered, "kafka.bootstrap.servers")
-        group = _group_id(lowered)
+        state = StateOptions.parse(options)
         topics = tuple(t.strip() for t in _required(lowered, "subscribe").split(",") if t.strip())
         if not topics:
             raise OptionError("option 'subscribe' names no topic")
@@ -98,9 +112,9 @@ class SourceOptions:
                               "(a Kafka 4.2+ cluster with share groups enabled)")
         parsed = cls(
             bootstrap_servers=bootstrap,
-            group_id=group,
+            group_id=state.group_id,
             topics=topics,
-            state_location=_required(lowered, "stateLocation"),
+            state_location=state.state_location,
             max_records_per_trigger=_positive(lowered, "maxRecordsPerTrigger", None),
             max_records_per_partition=_positive(lowered, "maxRecordsPerPartition", 10_000),
             max_bytes_per_trigger=_positive(lowered, "maxBytesPerTrigger", None, maximum=_INT64_MAX),
@@ -114,16 +128,11 @@ class SourceOptions:
             lock_duration_ms=_positive(lowered, "lockDurationMs", 30_000),
             checkpoint_location=_optional_location(lowered, "checkpointLocation"),
             kafka=kafka,
-            storage_options=storage_options_of(options),
+            storage_options=state.storage_options,
         )
         # load() parses: a kafka.* value the clients would refuse fails there, not at start()
         _check_kafka(parsed.client_config, parsed.replay_config, parsed.max_poll_records)
         return parsed
-
-    @staticmethod
-    def documented() -> tuple[str, ...]:
-        """The option names a user may set (``kafka.*`` and ``stateStorage.*`` are prefixes)."""
-        return _DOCUMENTED
 
     @property
     def client_config(self) -> dict[str, str]:
@@ -159,11 +168,8 @@ class SourceOptions:
                 f"{dead_letters}{storage}coordinator={self.coordinator}, kafka={shown})")
 
 
-def storage_options_of(options: Mapping[str, Any]) -> dict[str, str]:
-    """delta-rs storage options from ``stateStorage.<key>`` options, ``<key>`` as written.
-
-    Shared with ``acknowledge(..., options=...)``, which opens the same state tables.
-    """
+def _storage_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """delta-rs storage options from ``stateStorage.<key>`` options, ``<key>`` as written."""
     storage = _prefixed(options, _STORAGE_PREFIX)
     if "" in storage:
         raise OptionError("option 'stateStorage.' names no storage option: write stateStorage.<key>")
@@ -206,6 +212,10 @@ def _optional_location(options: Mapping[str, Any], name: str) -> str | None:
     return str(raw)
 
 
+@overload
+def _positive(options: Mapping[str, Any], name: str, default: int, maximum: int = ...) -> int: ...
+@overload
+def _positive(options: Mapping[str, Any], name: str, default: None, maximum: int = ...) -> int | None: ...
 def _positive(options: Mapping[str, Any], name: str, default: int | None, maximum: int = _INT32_MAX) -> int | None:
     raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":

@@ -15,17 +15,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from sharegroup_source.options import storage_options_of
-from state_store import LedgerEntry, StateStore
+from sharegroup_source.errors import OptionError, OutcomeError
+from sharegroup_source.options import StateOptions
+from state_store import UNSETTLED, AckType, LedgerEntry, StateStore
 
-__all__ = ["OUTCOMES", "OutcomeError", "acknowledge"]
+__all__ = ["OUTCOMES", "acknowledge"]
 
-OUTCOMES = ("ACCEPT", "RELEASE", "REJECT")
-_IN_FLIGHT = ("ACQUIRED", "EMITTED")
-
-
-class OutcomeError(ValueError):
-    """An outcome that cannot be recorded; nothing was recorded."""
+OUTCOMES = tuple(AckType)
 
 
 def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, options: Mapping[str, Any]) -> int:
@@ -42,24 +38,24 @@ def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, optio
     missing = [c for c in ("topic", "partition", "offset", "epoch") if c not in df.columns]
     if missing:
         raise OutcomeError(f"acknowledge() needs the source's columns {missing} in the DataFrame")
-    lowered = {str(k).lower(): v for k, v in options.items()}
-    state_location, group = lowered.get("statelocation"), lowered.get("kafka.group.id")
-    if not state_location or not group:
-        raise OutcomeError("options must hold the source's 'stateLocation' and 'kafka.group.id'")
+    try:
+        state = StateOptions.parse(options)
+    except OptionError as error:
+        raise OutcomeError(f"options must be the source's: {error}") from None
 
     by_epoch: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
     for row in df.select("topic", "partition", "offset", "epoch").collect():
         by_epoch[row.epoch].append((row.topic, row.partition, row.offset))
-    store = StateStore(str(state_location), storage_options=storage_options_of(options))
+    store = StateStore(state.state_location, storage_options=dict(state.storage_options))
     for epoch, records in by_epoch.items():
-        _check_current(store.ledger.get(str(group), epoch), epoch, records)
+        _check_current(store.ledger.get(state.group_id, epoch), epoch, records)
     for epoch, records in sorted(by_epoch.items()):
-        store.decisions.record(str(group), epoch, [(t, p, o, outcome, reason) for t, p, o in records])
+        store.decisions.record(state.group_id, epoch, [(t, p, o, outcome, reason) for t, p, o in records])
     return sum(len(r) for r in by_epoch.values())
 
 
 def _check_current(entry: LedgerEntry | None, epoch: int, records: list[tuple[str, int, int]]) -> None:
-    if entry is None or entry.status not in _IN_FLIGHT:
+    if entry is None or entry.status not in UNSETTLED:
         state = "unknown to the ledger" if entry is None else f"already {entry.status}"
         raise OutcomeError(f"epoch {epoch} is not a batch being processed ({state}): outcomes can only be "
                            "recorded for rows of the current micro-batch")

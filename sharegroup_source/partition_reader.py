@@ -13,15 +13,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from sharegroup_source.errors import DataLossError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.redaction import redact
-from sharegroup_source.schema import from_ipc, records_to_arrow
+from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
 
-__all__ = ["DataLossError", "PayloadPartition", "ReplayPartition", "read_partition"]
-
-
-class DataLossError(RuntimeError):
-    """Offsets recorded in the ledger are no longer in the log."""
+__all__ = ["PayloadPartition", "ReplayPartition", "read_partition"]
 
 
 @dataclass
@@ -73,5 +70,5 @@ def _replay(part: ReplayPartition) -> pa.Table:
             f"ledger are no longer in the log (offsets {shown}); set failOnDataLoss=false to skip them"
         )
     counts = {(part.topic, part.partition, o): c for o, c in zip(part.offsets, part.delivery_counts, strict=True)}
-    records = sorted(result.records, key=lambda r: r.offset())
+    records = sorted(result.records, key=message_key)
     return records_to_arrow(records, part.epoch, part.include_headers, counts)

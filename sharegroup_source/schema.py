@@ -22,7 +22,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["arrow_schema", "from_ipc", "record_bytes", "records_to_arrow", "row_bytes", "spark_schema", "to_ipc"]
+__all__ = ["NO_RECORDS", "arrow_schema", "from_ipc", "message_key", "records_to_arrow", "row_bytes", "spark_schema",
+           "to_ipc"]
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
@@ -60,6 +61,10 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+#: An acquisition that brought nothing: the output table with headers, no rows.
+NO_RECORDS = arrow_schema(include_headers=True).empty_table()
+
+
 def records_to_arrow(
     records: Sequence[Message],
     epoch: int,
@@ -82,13 +87,26 @@ def records_to_arrow(
         "timestampType": [kind - 1 for kind, _ in timestamps],  # Kafka ids: -1 none, 0 create, 1 log append
     }
     if include_headers:
-        columns["headers"] = [[{"key": k, "value": v} for k, v in (r.headers() or [])] for r in records]
+        columns["headers"] = [[{"key": k, "value": v} for k, v in _header_pairs(r)] for r in records]
     if delivery_counts is None:
         columns["deliveryCount"] = [r.delivery_count() or 1 for r in records]
     else:
-        columns["deliveryCount"] = [delivery_counts[(r.topic(), r.partition(), r.offset())] for r in records]
+        columns["deliveryCount"] = [delivery_counts[message_key(r)] for r in records]
     columns["epoch"] = [epoch] * len(records)
     return pa.Table.from_pydict(columns, schema=arrow_schema(include_headers))
+
+
+def message_key(record: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a fetched record: librdkafka sets all three on every record it delivers."""
+    topic, partition, offset = record.topic(), record.partition(), record.offset()
+    assert topic is not None and partition is not None and offset is not None, "a fetched record has a position"
+    return topic, partition, offset
+
+
+def _header_pairs(record: Message) -> list[tuple[str, str | bytes | None]]:
+    """A record's headers as pairs (librdkafka gives a list of pairs; a dict is accepted too)."""
+    headers = record.headers() or []
+    return list(headers.items()) if isinstance(headers, dict) else list(headers)
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -102,14 +120,8 @@ def from_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
-def record_bytes(record: Message) -> int:
-    """What a record weighs in a batch: its key, value and headers (maxBytesPerTrigger counts these)."""
-    headers = sum(len(k) + len(v or b"") for k, v in record.headers() or ())
-    return len(record.key() or b"") + len(record.value() or b"") + headers
-
-
 def row_bytes(table: pa.Table) -> list[int]:
-    """``record_bytes`` of every row of an output table, from its key, value and (if present) headers."""
+    """What each row weighs in a batch (maxBytesPerTrigger counts these): its key, value and (if present) headers."""
     sizes = pc.add(pc.fill_null(pc.binary_length(table.column("key")), 0),
                    pc.fill_null(pc.binary_length(table.column("value")), 0))
     if "headers" in table.column_names:

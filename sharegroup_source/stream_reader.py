@@ -14,8 +14,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from sharegroup_source import handover
+from sharegroup_source.coordinators.base import has_not_joined
 from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import read_partition
 
@@ -65,7 +66,7 @@ def _exit(signum: int, _frame: object) -> None:
     """
     if _TERM.stopping:
         return
-    if _TERM.deferring and not handover.is_waiting(threading.get_ident()):
+    if _TERM.deferring and not has_not_joined(threading.get_ident()):
         _TERM.pending = signum
         return
     _TERM.stopping = True
@@ -133,7 +134,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        self.driver.commit(int(end["epoch"]))
+        self.driver.commit(EpochOffset.of(end).epoch)
 
     def stop(self) -> None:
         if self._driver is not None:

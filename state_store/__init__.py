@@ -9,8 +9,8 @@ from state_store.dead_letters import DeadLetters
 from state_store.decisions import Decisions
 from state_store.delta_table import Footprint
 from state_store.errors import FencedError, StateStoreError
-from state_store.ledger import STATUSES, Fence, Ledger, LedgerEntry, OffsetRange
-from state_store.progress import ProgressTable
+from state_store.ledger import SETTLED, STATUSES, UNSETTLED, EpochStatus, Fence, Ledger, LedgerEntry, OffsetRange
+from state_store.progress import ProgressTable, SourceCounters
 from state_store.share_partition import (
     AckType,
     AcquiredRecords,
@@ -26,12 +26,15 @@ from state_store.share_state import Acquisition, ShareStateTable
 from state_store.store import StateStore
 
 __all__ = [
+    "SETTLED",
     "STATUSES",
+    "UNSETTLED",
     "AckType",
     "AcquiredRecords",
     "Acquisition",
     "DeadLetters",
     "Decisions",
+    "EpochStatus",
     "Fence",
     "FencedError",
     "Footprint",
@@ -46,6 +49,7 @@ __all__ = [
     "ShareConfig",
     "SharePartition",
     "ShareStateTable",
+    "SourceCounters",
     "StateBatch",
     "StateStore",
     "StateStoreError",

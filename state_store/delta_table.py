@@ -292,10 +292,14 @@ class StateTable:
                 return None
             data = write.data.select(self.schema.names).cast(self.schema)
             merge = bool(self._missing_columns)
+            schema_mode: Literal["merge"] | None = "merge" if merge else None
+            cas = CommitProperties(max_commit_retries=0)
             try:
-                write_deltalake(dt, data, mode=write.mode, predicate=write.predicate,
-                                schema_mode="merge" if merge else None,
-                                commit_properties=CommitProperties(max_commit_retries=0))
+                if write.mode == "append":
+                    write_deltalake(dt, data, mode="append", schema_mode=schema_mode, commit_properties=cas)
+                else:
+                    write_deltalake(dt, data, mode="overwrite", predicate=write.predicate, schema_mode=schema_mode,
+                                    commit_properties=cas)
             except CommitFailedError:
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # spread out the racers
                 continue
@@ -384,12 +388,14 @@ class StateTable:
         if self._local is not None:
             self._check_local_path()
             if not self._has_files():
-                return self._absent()
+                self._check_not_deleted()
+                return None
         try:
             dt = DeltaTable(self.uri, storage_options=self._storage_options)
         except TableNotFoundError as exc:
             if self._local is None:
-                return self._absent()
+                self._check_not_deleted()
+                return None
             raise StateStoreError(
                 f"the {self.name} table at {self.shown} is missing: the directory holds files but no Delta "
                 f"commit in _delta_log ({_reason(exc)}); move it away or use another stateLocation") from exc
@@ -416,12 +422,11 @@ class StateTable:
         earlier = pa.schema([f for f in self.schema if f.name not in missing])
         return missing if found == Schema.from_arrow(earlier) else ()
 
-    def _absent(self) -> None:
+    def _check_not_deleted(self) -> None:
         """No table: fine before its first write, an error once this process has seen it."""
         if self._existed:
             raise StateStoreError(f"the {self.name} table at {self.shown} is missing: it was deleted while in "
                                   "use")
-        return None
 
     def _local_log_state(self, dt: DeltaTable) -> Literal["latest", "behind", "gone"] | None:
         """For a local table: is ``dt`` the latest version, is a commit newer, or is the log gone?

@@ -19,6 +19,7 @@ import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
@@ -26,12 +27,40 @@ import pyarrow as pa
 from state_store.delta_table import Piece, Snapshot, StateTable, Write
 from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED_STATUSES", "STATUSES", "Fence", "Ledger", "LedgerEntry",
-           "OffsetRange", "entry_row"]
+__all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED", "STATUSES", "UNSETTLED", "EpochStatus", "Fence",
+           "Ledger", "LedgerEntry", "OffsetRange", "entry_row", "epoch_status"]
 
-STATUSES = ("ACQUIRED", "EMITTED", "ACKED", "ACK_FAILED", "RELEASED")
+
+
+class EpochStatus(StrEnum):
+    """Where an epoch is in its life; the ledger's ``status`` column holds these values."""
+
+    ACQUIRED = "ACQUIRED"  # ledgered, not yet in a batch Spark planned
+    EMITTED = "EMITTED"  # in a batch Spark planned, not yet settled
+    ACKED = "ACKED"  # every record acknowledged as decided
+    ACK_FAILED = "ACK_FAILED"  # some acknowledgements failed: those records come back and are deduplicated
+    RELEASED = "RELEASED"  # given back before Spark committed it
+
+    @property
+    def settled(self) -> bool:
+        """The query holds none of the epoch's records any more."""
+        return self in SETTLED
+
+
+STATUSES = tuple(EpochStatus)
+
+
+def epoch_status(value: str) -> EpochStatus:
+    """``value`` as an EpochStatus; a ValueError names the statuses there are."""
+    try:
+        return EpochStatus(value)
+    except ValueError:
+        raise ValueError(f"ledger status must be one of {', '.join(STATUSES)}, got {value!r}") from None
+
 #: Statuses after which the epoch's records are no longer held by this query.
-SETTLED_STATUSES = ("ACKED", "ACK_FAILED", "RELEASED")
+SETTLED = frozenset({EpochStatus.ACKED, EpochStatus.ACK_FAILED, EpochStatus.RELEASED})
+#: Statuses of an epoch whose records the query still holds (or held, when its run died).
+UNSETTLED = frozenset({EpochStatus.ACQUIRED, EpochStatus.EMITTED})
 
 _RANGE = pa.struct([
     pa.field("topic", pa.string()),
@@ -139,11 +168,10 @@ class LedgerEntry:
     member_id: str
     acquired_at_ms: int
     lock_deadline_ms: int
-    status: str  # one of STATUSES
+    status: EpochStatus
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"ledger status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        object.__setattr__(self, "status", epoch_status(self.status))
 
     @property
     def record_count(self) -> int:
@@ -230,10 +258,9 @@ class Ledger:
         return [f.entry() for epoch, f in sorted(folded.items())
                 if (wanted is None or f.status in wanted) and (after_epoch is None or epoch > after_epoch)]
 
-    def set_status(self, query_id: str, epochs: Iterable[int], status: str) -> None:
+    def set_status(self, query_id: str, epochs: Iterable[int], status: EpochStatus) -> None:
         """Move the epochs to ``status`` in one commit (epochs already there are left alone)."""
-        if status not in STATUSES:
-            raise ValueError(f"ledger status must be one of {', '.join(STATUSES)}, got {status!r}")
+        status = epoch_status(status)
         wanted = sorted(set(epochs))
 
         def plan(snapshot: Snapshot) -> Write | None:
@@ -270,7 +297,7 @@ class Ledger:
             rows = []
             for query_id, folded in self._fold(snapshot).items():
                 newest = sorted(folded)[-keep_epochs:]
-                unsettled = {e for e, f in folded.items() if f.status not in SETTLED_STATUSES}
+                unsettled = {e for e, f in folded.items() if f.status not in SETTLED}
                 kept = sorted(set(newest) | unsettled)
                 horizons[query_id] = kept[0]
                 rows += [folded[e].folded_row() for e in kept]
@@ -348,7 +375,7 @@ class _Folded:
             decode = _decode_runs if row.get("ranges_encoding") == _RUNS else _decode_offsets
             ranges = tuple(decode(r) for r in row["ranges"] or ())
             self._entry = LedgerEntry(row["query_id"], row["epoch"], ranges, row["member_id"],
-                                      row["acquired_at_ms"], row["lock_deadline_ms"], self.status)
+                                      row["acquired_at_ms"], row["lock_deadline_ms"], epoch_status(self.status))
         return self._entry
 
     def row(self) -> dict[str, Any]:

@@ -17,17 +17,38 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
 from state_store.delta_table import Snapshot, StateTable, Write
 
-__all__ = ["COUNTERS", "PROGRESS_SCHEMA", "ProgressTable", "RunMember"]
+__all__ = ["COUNTERS", "PROGRESS_SCHEMA", "ProgressTable", "RunMember", "SourceCounters"]
 
-COUNTERS = ("acquired", "accepted", "released", "rejected", "ack_failures", "redeliveries_deduped",
-            "dead_lettered", "epochs", "min_lock_headroom_ms")
+
+@dataclass
+class SourceCounters:
+    """What a query run acquired, acknowledged, lost and deduplicated: cumulative for the run."""
+
+    acquired: int = 0
+    accepted: int = 0
+    released: int = 0
+    rejected: int = 0
+    ack_failures: int = 0
+    redeliveries_deduped: int = 0
+    dead_lettered: int = 0
+    epochs: int = 0
+    #: Smallest time left on an acquisition lock when its epoch was acknowledged; negative when a
+    #: lock had already expired, None before the first acknowledgement.
+    min_lock_headroom_ms: int | None = None
+
+    def snapshot(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+#: The counter columns of the ``progress`` table, in order.
+COUNTERS = tuple(f.name for f in fields(SourceCounters))
 PROGRESS_SCHEMA = pa.schema([("query_id", pa.string()), ("run_id", pa.string()),
                              ("written_at_ms", pa.int64()), *[(name, pa.int64()) for name in COUNTERS],
                              ("host", pa.string()), ("pid", pa.int64()), ("left_at_ms", pa.int64()),
@@ -64,11 +85,11 @@ class ProgressTable:
     def __init__(self, table: StateTable):
         self.table = table
 
-    def append(self, query_id: str, run_id: str, counters: Mapping[str, int], *, left: bool = False) -> None:
+    def append(self, query_id: str, run_id: str, counters: Mapping[str, int | None], *, left: bool = False) -> None:
         """Record a run's counters; ``left`` says its member has left the share group for good."""
         now_ms = int(time.time() * 1000)
         row = {"query_id": query_id, "run_id": run_id, "written_at_ms": now_ms,
-               **{name: None if counters[name] is None else int(counters[name]) for name in COUNTERS},
+               **{name: counters[name] for name in COUNTERS},
                "host": socket.gethostname(), "pid": os.getpid(), "left_at_ms": now_ms if left else None}
         self.table.commit(lambda snapshot: Write(pa.Table.from_pylist(
             [{**row, "commit_version": snapshot.next_version}], schema=PROGRESS_SCHEMA)))

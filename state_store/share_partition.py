@@ -15,10 +15,11 @@ coordinator, the tests and a replay of KIP-932's examples all drive the same cod
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import Enum, StrEnum
 
 __all__ = [
     "AckType",
@@ -42,8 +43,11 @@ class RecordState(str, Enum):
     ARCHIVED = "ARCHIVED"
 
 
-class AckType(str, Enum):
-    """How a member settles a record it holds (ShareAcknowledge's AcknowledgeType)."""
+class AckType(StrEnum):
+    """How a member settles a record it holds (ShareAcknowledge's AcknowledgeType).
+
+    The one definition: the state machine, the ack decisions, the coordinators and user
+    outcomes all use it, and its values are what the state tables hold."""
 
     ACCEPT = "ACCEPT"
     RELEASE = "RELEASE"
@@ -230,7 +234,7 @@ class SharePartition:
         for first, last in ranges:
             self._check_held(member_id, first, last)
         for first, last, ack in acks:
-            self._map(first, last, lambda b, ack=ack: b if b.is_gap else self._settle(b, ack))
+            self._map(first, last, functools.partial(self._settle_held, ack=ack))
         self._normalize()
 
     def release_member(self, member_id: str, now_ms: int) -> int:
@@ -253,6 +257,9 @@ class SharePartition:
         return sum(b.last - b.first + 1 for b in expired)
 
     # -- internals ---------------------------------------------------------------------------
+    def _settle_held(self, batch: StateBatch, ack: AckType) -> StateBatch:
+        return batch if batch.is_gap else self._settle(batch, ack)
+
     def _settle(self, batch: StateBatch, ack: AckType) -> StateBatch:
         if ack is AckType.ACCEPT:
             state = RecordState.ACKNOWLEDGED

@@ -17,8 +17,8 @@ import psutil
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sharegroup_source.micro_batch import UNSETTLED
 from sharegroup_source.options import SourceOptions
+from state_store import UNSETTLED
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 
 #: What a streaming source's driver-side Python worker has in its command line.
@@ -153,7 +153,8 @@ class StreamSetup:
         out records from its lowest available offset, so by then it has also had every earlier
         record still waiting in the group: what it got besides the markers is what was left.
         """
-        from sharegroup_source.share_client import Ack, ShareClient
+        from sharegroup_source.acks import Ack
+        from sharegroup_source.coordinators.broker.share_client import ShareClient
 
         self.wait_until_member_left()
         marker = f"marker-{uuid.uuid4().hex}".encode()

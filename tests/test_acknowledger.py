@@ -1,4 +1,4 @@
-"""The acknowledger's reading of a commit's answer, against a real state store.
+"""The broker coordinator's reading of a commit's answer, through the acknowledger, against a real state store.
 
 The broker's answer is given by a stand-in for the share consumer: an answer that leaves a
 partition out cannot be provoked on demand from either broker.
@@ -7,9 +7,10 @@ partition out cannot be provoked on demand from either broker.
 from __future__ import annotations
 
 from sharegroup_source.acknowledger import Acknowledger
-from sharegroup_source.progress import SourceCounters
-from sharegroup_source.share_client import Ack, AckResult
-from state_store import LedgerEntry, OffsetRange, StateStore
+from sharegroup_source.acks import Ack
+from sharegroup_source.coordinators.broker import BrokerCoordinator
+from sharegroup_source.coordinators.broker.share_client import AckResult
+from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 
 
 class _Answering:
@@ -33,7 +34,8 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     store.ledger.write_epoch(entry)
     counters = SourceCounters()
     client = _Answering(answered={("t", 0)})
-    unacknowledged = Acknowledger(client, store, "q", counters, 30_000).settle([entry], {})
+    coordinator = BrokerCoordinator(client, "run")  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
+    unacknowledged = Acknowledger(coordinator, store, "q", counters, 30_000).settle([entry], {})
     assert len(client.staged) == 15
     assert unacknowledged == {1: 5}
     assert store.ledger.get("q", 1).status == "ACK_FAILED"

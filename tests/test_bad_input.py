@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from pyspark.errors import PySparkException
 
-from sharegroup_source.options import OptionError, SourceOptions
+from sharegroup_source.errors import OptionError
+from sharegroup_source.options import SourceOptions
 from tests.kafka_under_test import KafkaUnderTest
 from tests.streams import StreamSetup
 

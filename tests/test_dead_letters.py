@@ -17,8 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sharegroup_source.acknowledger import Acknowledger
-from sharegroup_source.progress import SourceCounters
-from state_store import StateStore
+from state_store import SourceCounters, StateStore
 from state_store.dead_letters import DEAD_LETTERS_SCHEMA
 from state_store.progress import COUNTERS
 

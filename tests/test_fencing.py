@@ -11,7 +11,8 @@ import collections
 
 import pytest
 
-from sharegroup_source.micro_batch import MicroBatchDriver, StateMismatchError
+from sharegroup_source.errors import StateMismatchError
+from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.partition_reader import read_partition
 from state_store import FencedError
 from tests.kafka_under_test import KafkaUnderTest, wait_for

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sharegroup_source.handover import await_previous_member
+from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.micro_batch import MicroBatchDriver
 from state_store import StateStore
 from state_store.progress import COUNTERS
@@ -72,7 +72,7 @@ def test_a_dead_predecessor_is_not_waited_for(tmp_path):
 def test_a_predecessor_that_never_leaves_is_waited_for_a_bounded_time(tmp_path, caplog):
     store = StateStore(str(tmp_path / "state"))
     store.progress.append("q", "stuck", dict.fromkeys(COUNTERS, 0))  # this process: alive
-    with caplog.at_level(logging.WARNING, logger="sharegroup_source.handover"):
+    with caplog.at_level(logging.WARNING, logger="sharegroup_source.coordinators.broker.handover"):
         assert await_previous_member(store.progress, "q", timeout_s=0.5) is False
     assert "run stuck" in caplog.text and "has not recorded leaving the share group" in caplog.text
     store.progress.append("q", "stuck", dict.fromkeys(COUNTERS, 0), left=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import StructType
 
-from sharegroup_source.options import OptionError, SourceOptions
+from sharegroup_source.errors import OptionError
+from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import arrow_schema, spark_schema
 
 BASE = {"kafka.bootstrap.servers": "b:9092", "kafka.group.id": "g", "subscribe": "a, b", "stateLocation": "/s"}
@@ -76,7 +77,8 @@ def test_state_storage_options_reach_delta_and_are_never_printed():
                                    "statestorage.aws_secret_access_key": "hunter2", "stateStorage.AWS_REGION": "eu"})
     assert options.storage_options == {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "aws_secret_access_key": "hunter2",
                                        "AWS_REGION": "eu"}
-    assert "stateStorage.*" in SourceOptions.documented()
+    with pytest.raises(OptionError, match=r"sharegroup options: .*stateStorage\.\*"):
+        SourceOptions.parse({**BASE, "stateStorag.region": "eu"})  # a misspelt prefix lists the right one
     assert not {"AKIAEXAMPLE", "hunter2"} & {word.strip("'{},=") for word in repr(options).split()}
     assert "hunter2" not in repr(options) and "AKIAEXAMPLE" not in repr(options)
 

@@ -12,7 +12,7 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 from pyspark.sql import functions as F
 
 import sharegroup_source
-from sharegroup_source.outcomes import OutcomeError
+from sharegroup_source.errors import OutcomeError
 from state_store import StateStore
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup

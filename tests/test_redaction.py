@@ -2,8 +2,8 @@
 
 import pytest
 
+from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.redaction import REDACTED, redact, redact_location
-from sharegroup_source.share_client import ShareClient
 from tests.kafka_under_test import KafkaUnderTest
 
 

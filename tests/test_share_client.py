@@ -9,9 +9,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.metadata import ClusterError
+from sharegroup_source.acks import Ack, AckType
+from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.errors import ClusterError
 from sharegroup_source.offset_reader import OffsetRangeReader
-from sharegroup_source.share_client import Ack, AckType, ShareClient
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 

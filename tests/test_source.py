@@ -15,7 +15,8 @@ from confluent_kafka import TopicPartition
 from pyspark.errors import PySparkException
 from pyspark.errors.exceptions.captured import StreamingQueryException
 
-from sharegroup_source.share_client import Ack, ShareClient
+from sharegroup_source.acks import Ack
+from sharegroup_source.coordinators.broker.share_client import ShareClient
 from tests.kafka_under_test import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sharegroup_source.share_client import Ack, ShareClient
+from sharegroup_source.acks import Ack
+from sharegroup_source.coordinators.broker.share_client import ShareClient
 from state_store import StateStore
 from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup, worker_holding_an_epoch
@@ -157,7 +158,7 @@ def test_a_sigterm_while_the_member_joins_still_makes_it_leave(kafka, tmp_path):
 @pytest.mark.timing
 def test_a_sigterm_during_the_handover_wait_ends_the_worker_at_once(kafka, tmp_path):
     """A run still waiting for its predecessor has no member yet: a stop need not wait for the handover."""
-    from sharegroup_source.handover import HANDOVER_TIMEOUT_S
+    from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S
     from state_store import StateStore
     from state_store.progress import COUNTERS
 

@@ -14,34 +14,24 @@ gone, or a bounded wait ran out.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
+from sharegroup_source.coordinators.base import not_joined_yet
 from state_store.progress import ProgressTable
 
-__all__ = ["HANDOVER_TIMEOUT_S", "await_previous_member", "is_waiting"]
+__all__ = ["HANDOVER_TIMEOUT_S", "await_previous_member"]
 
 log = logging.getLogger(__name__)
 
 #: Longest wait for the previous run's member to leave; a stop takes well under a second normally.
 HANDOVER_TIMEOUT_S = 20.0
 _CHECK_EVERY_S = 0.2
-#: Threads inside ``await_previous_member``: their run has no member in the group yet.
-_waiting: set[int] = set()
-
-
-def is_waiting(thread_id: int) -> bool:
-    """Whether that thread is waiting for the previous run's member: its own run has not joined yet, so
-    ending the wait at any point leaves nothing behind (the reader's SIGTERM handler asks this)."""
-    return thread_id in _waiting
 
 
 def await_previous_member(progress: ProgressTable, query_id: str, timeout_s: float = HANDOVER_TIMEOUT_S) -> bool:
     """Wait until the query's previous run has left the share group; False when the wait ran out."""
     deadline = time.monotonic() + timeout_s
-    thread_id = threading.get_ident()
-    _waiting.add(thread_id)
-    try:
+    with not_joined_yet():
         while (member := progress.member_in_group(query_id)) is not None and not member.process_is_gone():
             if time.monotonic() >= deadline:
                 log.warning(
@@ -51,5 +41,3 @@ def await_previous_member(progress: ProgressTable, query_id: str, timeout_s: flo
                 return False
             time.sleep(_CHECK_EVERY_S)
         return True
-    finally:
-        _waiting.discard(thread_id)

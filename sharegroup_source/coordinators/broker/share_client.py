@@ -11,38 +11,23 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
 
-from sharegroup_source.metadata import ClusterError, partition_counts
+from sharegroup_source.acks import Ack, AckType
+from sharegroup_source.errors import ClusterError
+from sharegroup_source.metadata import partition_counts
 from sharegroup_source.redaction import redact
 
-__all__ = ["Ack", "AckResult", "AckType", "ShareClient", "share_consumer_config"]
+__all__ = ["AckResult", "ShareClient", "share_consumer_config"]
 
 log = logging.getLogger(__name__)
 
 #: Longest a stop waits for the share consumer to leave the group.
 CLOSE_TIMEOUT_S = 30.0
-
-
-class AckType(str, Enum):
-    ACCEPT = "ACCEPT"
-    RELEASE = "RELEASE"
-    REJECT = "REJECT"
-
-    @property
-    def kafka(self) -> AcknowledgeType:
-        return getattr(AcknowledgeType, self.value)
-
-
-@dataclass(frozen=True)
-class Ack:
-    topic: str
-    partition: int
-    offset: int
-    type: AckType = AckType.ACCEPT
+_KAFKA_ACK_TYPES = {AckType.ACCEPT: AcknowledgeType.ACCEPT, AckType.RELEASE: AcknowledgeType.RELEASE,
+                    AckType.REJECT: AcknowledgeType.REJECT}
 
 
 @dataclass(frozen=True)
@@ -93,13 +78,13 @@ class ShareClient:
             raise self._explain(error.args[0]) from None
         records = []
         for message in messages:
-            error = message.error()
-            if error is None:
+            failure = message.error()
+            if failure is None:
                 records.append(message)
-            elif error.fatal() or not error.retriable():
-                raise self._explain(error)
+            elif failure.fatal() or not failure.retriable():
+                raise self._explain(failure)
             else:
-                log.warning("share fetch: %s", error)
+                log.warning("share fetch: %s", failure)
         return records
 
     def _explain(self, error: KafkaError) -> Exception:
@@ -113,7 +98,7 @@ class ShareClient:
     def acknowledge(self, acks: Iterable[Ack]) -> None:
         """Stage acknowledgements; they reach the broker with :meth:`commit`."""
         for ack in acks:
-            self._consumer.acknowledge_offset(ack.topic, ack.partition, ack.offset, ack.type.kafka)
+            self._consumer.acknowledge_offset(ack.topic, ack.partition, ack.offset, _KAFKA_ACK_TYPES[ack.type])
 
     def commit(self, timeout_s: float = 30.0) -> list[AckResult]:
         """Send staged acknowledgements and wait: one result per share-partition.
@@ -156,6 +141,5 @@ def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> d
 
 
 def _describe(error: Exception) -> str:
-    inner = error.args[0] if error.args else error
-    name = getattr(inner, "name", None)
-    return f"{name()}: {inner.str()}" if callable(name) else str(error)
+    inner = error if isinstance(error, KafkaError) else (error.args[0] if error.args else None)
+    return f"{inner.name()}: {inner.str()}" if isinstance(inner, KafkaError) else str(error)

@@ -1,0 +1,76 @@
+"""What the micro-batch driver needs of whoever holds the queue's acquisition locks.
+
+The driver owns the epoch lifecycle (ledger, admission, planning, settling) and nothing
+Kafka-specific: it asks a coordinator for records and tells it how each one is settled. The
+``broker`` coordinator is a share-group member of the Kafka broker; a coordinator that keeps
+the share group's state in a Delta table implements the same few calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Protocol
+
+import pyarrow as pa
+
+from sharegroup_source.acks import Ack
+
+__all__ = ["Coordinator", "Failures", "has_not_joined", "not_joined_yet"]
+
+#: Share-partitions whose acknowledgements did not take, with the reason: their records come back
+Failures = dict[tuple[str, int], str]
+
+
+class Coordinator(Protocol):
+    """A member of the share group, acquiring and settling records for one query run."""
+
+    @property
+    def member_id(self) -> str:
+        """Names the member in the ledger and the progress table."""
+        ...
+
+    @property
+    def partitions(self) -> Mapping[str, int]:
+        """Partition count of every subscribed topic."""
+        ...
+
+    def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
+        """Records newly acquired for this member, waiting at most ``wait_s`` for some.
+
+        An output table with headers (``epoch`` 0, ``deliveryCount`` as the group counted it),
+        in acquisition order. ``max_records`` is a hint: a coordinator may acquire more (a
+        broker's fetch is not bounded exactly) and the driver keeps the surplus acquired.
+        Every record returned must be acknowledged before the next call.
+        """
+        ...
+
+    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
+        """Settle records this member holds (a RELEASE gives one back); returns what did not take."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group; records still held go back when their locks expire."""
+        ...
+
+
+_not_joined: set[int] = set()
+
+
+@contextmanager
+def not_joined_yet() -> Iterator[None]:
+    """Mark the calling thread as a run that has not joined its group: a coordinator waits in here
+    (for the previous run's member, say) before it holds anything a stop would have to give back."""
+    thread_id = threading.get_ident()
+    _not_joined.add(thread_id)
+    try:
+        yield
+    finally:
+        _not_joined.discard(thread_id)
+
+
+def has_not_joined(thread_id: int) -> bool:
+    """Whether that thread's run has joined nothing yet, so ending it now leaves nothing behind
+    (the stream reader's SIGTERM handler asks)."""
+    return thread_id in _not_joined

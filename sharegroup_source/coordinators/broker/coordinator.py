@@ -1,0 +1,80 @@
+"""The ``broker`` coordinator: the Kafka broker's share group holds the locks; the driver is the member.
+
+Acquisition locks belong to the member that fetched a record, and Spark's commit point is on
+the driver, so the driver's one share consumer acquires every record and sends every
+acknowledgement. A restarted query first waits for its previous run's member to leave (see
+``handover``), so the broker does not split the partitions between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sharegroup_source.acks import Ack
+from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
+from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.schema import records_to_arrow
+from state_store.progress import ProgressTable
+
+if TYPE_CHECKING:  # options imports the broker's client configuration
+    from sharegroup_source.options import SourceOptions
+
+__all__ = ["BrokerCoordinator"]
+
+log = logging.getLogger(__name__)
+
+#: How long the member waits for the cluster's metadata (the topics' partitions) when it joins.
+METADATA_TIMEOUT_S = 30.0
+
+
+class BrokerCoordinator:
+    """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
+
+    def __init__(self, client: ShareClient, run_id: str):
+        self._client = client
+        self._run_id = run_id
+
+    @classmethod
+    def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
+             handover_timeout_s: float | None = None) -> BrokerCoordinator:
+        """Join the share group once the query's previous member has left (that run's stop writes its
+        releases to the ledger, which the driver reads next); ``handover_timeout_s`` bounds the wait."""
+        await_previous_member(progress, options.group_id,
+                              HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
+        client = ShareClient(options.client_config, options.topics, options.max_poll_records,
+                             metadata_timeout_s=METADATA_TIMEOUT_S)
+        return cls(client, run_id)
+
+    @property
+    def member_id(self) -> str:
+        """The run id: librdkafka's share consumer does not expose the member id the broker gave it."""
+        return self._run_id
+
+    @property
+    def partitions(self) -> Mapping[str, int]:
+        return self._client.partitions
+
+    def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
+        """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
+        return records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
+
+    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
+        """Stage and commit ``acks``. A share-partition the commit has no result for failed too: nothing
+        says the broker applied its acknowledgements, and counting it ACKED would let a redelivery pass as new."""
+        if not acks:
+            return {}
+        self._client.acknowledge(acks)
+        results = self._client.commit()
+        failures = {(r.topic, r.partition): r.error for r in results if r.error is not None}
+        answered = {(r.topic, r.partition) for r in results}
+        for partition in sorted({(a.topic, a.partition) for a in acks} - answered):
+            failures[partition] = "no result in the commit's answer"
+        return failures
+
+    def close(self) -> None:
+        self._client.close()

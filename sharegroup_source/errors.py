@@ -1,0 +1,32 @@
+"""Every exception the connector raises on purpose, in one place (as ``deltalake.exceptions``).
+
+Each message names the option, location or record at fault. State-table trouble comes from
+the state store as :class:`StateStoreError` (a run another run took over from: :class:`FencedError`).
+"""
+
+from __future__ import annotations
+
+from state_store.errors import FencedError, StateStoreError
+
+__all__ = ["ClusterError", "DataLossError", "FencedError", "OptionError", "OutcomeError", "StateMismatchError",
+           "StateStoreError"]
+
+
+class OptionError(ValueError):
+    """An option is missing or has a wrong value; the message names it."""
+
+
+class ClusterError(RuntimeError):
+    """The Kafka cluster is unreachable or lacks what the options name."""
+
+
+class StateMismatchError(RuntimeError):
+    """The state location belongs to another checkpoint."""
+
+
+class DataLossError(RuntimeError):
+    """Offsets recorded in the ledger are no longer in the log."""
+
+
+class OutcomeError(ValueError):
+    """An outcome that cannot be recorded; nothing was recorded."""

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException, Producer
 from pyspark.errors import PySparkException
 
 from sharegroup_source.options import OptionError, SourceOptions
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from sharegroup_source.broker import BrokerError, EmbeddedBroker
 from sharegroup_source.metadata import ClusterError, partition_counts
 from sharegroup_source.share_client import ShareClient
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 CLI = [sys.executable, "-m", "sharegroup_source.cli", "broker"]
 

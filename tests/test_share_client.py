@@ -13,7 +13,7 @@ from sharegroup_source.metadata import ClusterError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.share_client import Ack, AckType, ShareClient
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 
 def _consume(client: ShareClient, want: int, ack: AckType = AckType.ACCEPT, timeout_s: float = 30) -> list:

@@ -16,7 +16,7 @@ from pyspark.errors import PySparkException
 from pyspark.errors.exceptions.captured import StreamingQueryException
 
 from sharegroup_source.share_client import Ack, ShareClient
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

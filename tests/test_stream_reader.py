@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source.share_client import Ack, ShareClient
+from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
-from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup, worker_holding_an_epoch
 
 

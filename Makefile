@@ -30,11 +30,11 @@ $(JARS): jvm/pom.xml
 jars: $(JARS)
 
 demo: $(STAMP)
-	$(BIN)/python -m sharegroup_source.demo $(DEMO_ARGS)
+	$(BIN)/python examples/demo.py $(DEMO_ARGS)
 
 # the same demo on Apache Kafka's own broker, started from the jars of jvm/pom.xml
 demo-kafka: $(STAMP) $(JARS)
-	$(BIN)/python -m sharegroup_source.demo --kafka apache
+	$(BIN)/python examples/demo.py --kafka apache
 
 test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .

@@ -13,6 +13,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
+    # Spark's quiet logging for the local sessions of sharegroup_source.testing (and conf/spark-defaults.conf)
+    package_data={"sharegroup_source": ["conf/log4j2.properties"]},
     install_requires=[
         "pyspark>=4.2,<5",
         "confluent-kafka>=2.16,<3",

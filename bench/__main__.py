@@ -51,8 +51,8 @@ from bench.sizes import Sizes
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
 from sharegroup_source.testing.jars import jar_dir
-from tests.kafka_under_test import KafkaUnderTest
-from tests.spark_session import local_spark
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.testing.spark import local_spark
 
 #: group.share.partition.max.record.locks' default, which the embedded broker applies too.
 DEFAULT_RECORD_LOCK_LIMIT = 2_000

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import ShareConsumer
 
 from bench.measure import Throughput
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["plain_share_consumer"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.measure import Throughput
 from sharegroup_source.testing.apache_kafka import ApacheKafka
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["kafka_perf_tool"]
 

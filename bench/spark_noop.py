@@ -22,12 +22,11 @@ import psutil
 from pyspark.sql import DataFrame, SparkSession
 
 from bench.measure import Throughput
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.testing.workers import source_workers
 
-__all__ = ["RUNNER_MARK", "kafka_into_noop", "source_into_noop"]
+__all__ = ["kafka_into_noop", "source_into_noop"]
 
-#: How the driver-side Python worker of a Python streaming source shows up in a command line.
-RUNNER_MARK = "python_streaming_source_runner"
 _PHASES = ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
 
 
@@ -41,10 +40,8 @@ class _RunnerMemory(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.wait(0.05):
-            for process in psutil.Process().children(recursive=True):
+            for process in source_workers():
                 try:
-                    if RUNNER_MARK not in " ".join(process.cmdline()):
-                        continue
                     rss = process.memory_info().rss
                 except psutil.Error:
                     continue

@@ -9,15 +9,8 @@ Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C
 from __future__ import annotations
 
 import argparse
-import signal
-import socket
 import sys
-import threading
 from collections.abc import Sequence
-
-from sharegroup_source.broker import BrokerError, EmbeddedBroker
-from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, create_topic, set_group_configs
-from sharegroup_source.testing.jars import JarsMissing
 
 __all__ = ["main"]
 
@@ -55,92 +48,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _bind(port: int) -> socket.socket:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _serve(args: argparse.Namespace) -> int:
+    # test tooling, loaded only by the commands that serve a broker
+    from sharegroup_source.testing.serve import SERVE_ERRORS, serve_apache_kafka, serve_embedded_broker
+
     try:
-        listener.bind(("127.0.0.1", port))
-    except OSError as error:
-        listener.close()
-        raise BrokerError(f"--port {port}: {error.strerror.lower()} (is another broker running?)") from None
-    listener.listen(16)
-    return listener
-
-
-def _forward(listener: socket.socket, target: tuple[str, int]) -> None:
-    """Pipe each bootstrap connection to broker 1; metadata then points clients at the real ports."""
-
-    def pipe(source: socket.socket, sink: socket.socket) -> None:
-        with source, sink:
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-
-    def serve() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-                upstream = socket.create_connection(target)
-            except OSError:
-                return
-            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
-
-    threading.Thread(target=serve, name="bootstrap-forward", daemon=True).start()
-
-
-def _run_broker(args: argparse.Namespace) -> int:
-    listener = _bind(args.port) if args.port is not None else None
-    stop = _stop_on_signal()
-    with EmbeddedBroker(args.brokers, auto_offset_reset=args.auto_offset_reset,
-                        lock_duration_ms=args.lock_ms, delivery_attempt_limit=args.delivery_limit) as broker:
-        for name, partitions in args.topic:
-            broker.create_topic(name, partitions)
-        servers = broker.bootstrap_servers
-        if listener is not None:
-            host, _, port = servers.split(",")[0].rpartition(":")
-            _forward(listener, (host, int(port)))
-            servers = f"127.0.0.1:{args.port},{servers}"
-        topics = " ".join(f"{name}:{count}" for name, count in broker.topics.items()) or "(none)"
-        print(f"bootstrap.servers={servers}", flush=True)
-        print(f"ready: {args.brokers} broker(s), topics {topics}; Ctrl-C or SIGTERM stops", flush=True)
-        stop.wait()
-    if listener is not None:
-        listener.close()
-    print("stopped", flush=True)
-    return 0
-
-
-def _stop_on_signal() -> threading.Event:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    return stop
-
-
-def _run_kafka(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    stop = _stop_on_signal()
-    with ApacheKafka() as kafka:
-        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log.connection.close": False})
-        for name, partitions in args.topic:
-            create_topic(admin, name, partitions)
-        for group in args.group:
-            set_group_configs(admin, group, {"share.auto.offset.reset": "earliest"})
-        topics = " ".join(f"{name}:{count}" for name, count in args.topic) or "(none)"
-        print(f"bootstrap.servers={kafka.bootstrap_servers}", flush=True)
-        print(f"ready: Apache Kafka, topics {topics}; log {kafka.log_path}; Ctrl-C or SIGTERM stops", flush=True)
-        stop.wait()
-    print("stopped", flush=True)
-    return 0
+        if args.command == "kafka":
+            return serve_apache_kafka(args.topic, args.group)
+        return serve_embedded_broker(args.topic, brokers=args.brokers, auto_offset_reset=args.auto_offset_reset,
+                                     lock_duration_ms=args.lock_ms, delivery_attempt_limit=args.delivery_limit,
+                                     port=args.port)
+    except SERVE_ERRORS as error:
+        print(f"sharegroup: error: {error}", file=sys.stderr)
+        return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        return _run_kafka(args) if args.command == "kafka" else _run_broker(args)
-    except (BrokerError, BrokerStartError, JarsMissing) as error:
-        print(f"sharegroup: error: {error}", file=sys.stderr)
-        return 2
+    return _serve(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

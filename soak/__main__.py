@@ -16,10 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sharegroup_source.broker import EmbeddedBroker
+from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.kafka_peers import BOOTSTRAP_ENV, KafkaUnderTest
+from sharegroup_source.testing.spark import local_spark
 from soak.run import SoakSettings, run_soak
-from tests.kafka_under_test import BOOTSTRAP_ENV, KafkaUnderTest
-from tests.spark_session import local_spark
 
 #: share of the run spent injecting faults; the rest is left for the drain
 FAULT_SHARE = 0.8

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sharegroup_source.broker import EmbeddedBroker
+from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.testing.workers import kill_source_workers
 from soak.member import IndependentMember
 from soak.query import SoakQuery
 from soak.sink import BatchSink
-from tests.kafka_under_test import KafkaUnderTest
-from tests.streams import kill_source_workers
 
 __all__ = ["FAULTS", "Fault", "SoakContext", "applicable", "schedule"]
 

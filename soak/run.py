@@ -16,13 +16,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from sharegroup_source.testing.kafka_peers import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
 from soak.faults import SoakContext, applicable, schedule
 from soak.producer import NumberedProducer
 from soak.query import SoakQuery
 from soak.report import SoakReport
 from soak.sink import BatchSink
 from state_store import StateStore
-from tests.kafka_under_test import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
 
 __all__ = ["SoakSettings", "run_soak"]
 

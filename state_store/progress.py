@@ -8,7 +8,7 @@ drops the others.
 
 Each row also says which process runs the query's share-group member and whether that member
 has left the group, so a restarted query can wait for its predecessor's member to leave (see
-``sharegroup_source.handover``).
+``sharegroup_source.coordinators.broker.handover``).
 """
 
 from __future__ import annotations

@@ -1,28 +1,40 @@
 """Shared fixtures: one SparkSession, and one Kafka peer of each kind, per test session.
 
 Every test that takes ``kafka`` runs once per peer: the embedded broker and Apache Kafka's own
-broker (started from jvm/target/kafka), unless SHAREGROUP_TEST_KAFKA names one.
+broker (started from jvm/target/kafka), unless SHAREGROUP_TEST_KAFKA (embedded, apache or both,
+the default) names one.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
-from sharegroup_source.broker import API_KEYS
-from tests.kafka_under_test import (
+from sharegroup_source.testing.embedded_broker import API_KEYS
+from sharegroup_source.testing.kafka_peers import (
     BOOTSTRAP_ENV,
     EMBEDDED_SESSION_TIMEOUT_MS,
+    PEERS,
     KafkaUnderTest,
     kafka_session,
-    selected_peers,
 )
+
+PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
+
+
+def selected_peers() -> list[str]:
+    """The peers this run tests against, from ``SHAREGROUP_TEST_KAFKA`` (default: both)."""
+    value = os.environ.get(PEERS_ENV, "both").strip().lower()
+    if value == "both":
+        return list(PEERS)
+    if value not in PEERS:
+        raise ValueError(f"{PEERS_ENV}={value!r}: expected embedded, apache or both")
+    return [value]
 
 
 def pytest_report_header(config) -> str:
-    import os
-
     external = os.environ.get(BOOTSTRAP_ENV)
     apache = f"the cluster at {external}" if external else "Apache Kafka's broker started by the suite"
     names = {"embedded": "embedded broker (librdkafka mock cluster)", "apache": apache}
@@ -63,7 +75,7 @@ def _faults_end_with_the_test(request):
 
 @pytest.fixture(scope="session")
 def spark():
-    from tests.spark_session import local_spark
+    from sharegroup_source.testing.spark import local_spark
 
     session = local_spark()
     try:

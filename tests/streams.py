@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -13,30 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.options import SourceOptions
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import UNSETTLED
-from tests.kafka_under_test import KafkaUnderTest, wait_for
-
-#: What a streaming source's driver-side Python worker has in its command line.
-RUNNER_MARK = "python_streaming_source_runner"
-
-
-def kill_source_workers() -> int:
-    """SIGKILL this process's driver-side workers of Python streaming sources (a crash: nothing is
-    released, no member leaves); returns how many."""
-    killed = 0
-    for process in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            if RUNNER_MARK in " ".join(process.cmdline()):
-                process.send_signal(signal.SIGKILL)
-                killed += 1
-        except psutil.Error:
-            continue
-    return killed
 
 
 def worker_holding_an_epoch(options: dict[str, str]) -> subprocess.Popen:

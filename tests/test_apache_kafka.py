@@ -13,7 +13,7 @@ import pytest
 
 from sharegroup_source.testing.apache_kafka import ApacheKafka
 from sharegroup_source.testing.jars import JarsMissing, jar_dir
-from tests.kafka_under_test import wait_for
+from sharegroup_source.testing.kafka_peers import wait_for
 
 #: A process that starts a broker, says so, then waits to be killed.
 _HOLDER = textwrap.dedent("""

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.kafka_under_test import wait_for
+from sharegroup_source.testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.options import SourceOptions
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

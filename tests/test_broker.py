@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from sharegroup_source.broker import BrokerError, EmbeddedBroker
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.metadata import partition_counts
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 CLI = [sys.executable, "-m", "sharegroup_source.cli", "broker"]
 

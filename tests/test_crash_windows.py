@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_under_test import KafkaUnderTest, wait_for
-from tests.streams import StreamSetup, kill_source_workers, worker_holding_an_epoch
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_source.testing.workers import kill_source_workers
+from tests.streams import StreamSetup, worker_holding_an_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.timing]
 

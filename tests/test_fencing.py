@@ -14,8 +14,8 @@ import pytest
 from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.partition_reader import read_partition
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import FencedError
-from tests.kafka_under_test import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.timing

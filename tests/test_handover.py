@@ -17,9 +17,9 @@ import pytest
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
 from state_store.progress import COUNTERS
-from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup
 
 

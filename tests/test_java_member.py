@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source.testing.apache_kafka import ApacheKafka
-from tests.kafka_under_test import wait_for
+from sharegroup_source.testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, IllegalStateException, Message, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 #: Kafka's heartbeat interval for share groups and the mock's (both 5 s by default).
 HEARTBEAT_S = 5.0

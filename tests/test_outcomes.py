@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 import sharegroup_source
 from sharegroup_source.errors import OutcomeError
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
-from tests.kafka_under_test import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 from tests.test_source import _assert_exactly_once, _drain_fresh_member
 

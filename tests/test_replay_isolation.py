@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import ReplayPartition, read_partition
-from tests.kafka_under_test import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 RECORDS = [f"open-{i}".encode() for i in range(5)]
 

@@ -14,7 +14,7 @@ from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 
 def _consume(client: ShareClient, want: int, ack: AckType = AckType.ACCEPT, timeout_s: float = 30) -> list:

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.testing.kafka_peers import wait_for
 from soak.faults import applicable
 from soak.run import SoakSettings, run_soak
-from tests.kafka_under_test import wait_for
 from tests.streams import StreamSetup
 
 pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timing, pytest.mark.timeout(240)]

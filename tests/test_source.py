@@ -17,7 +17,7 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 
 from sharegroup_source.acks import Ack
 from sharegroup_source.coordinators.broker.share_client import ShareClient
-from tests.kafka_under_test import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

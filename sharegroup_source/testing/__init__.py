@@ -1,5 +1,12 @@
-"""Test and demo tooling shipped with the package, never imported by the connector itself.
+"""Test and demo tooling shipped with the package (as ``pyspark.testing`` is), never imported by the connector.
 
-- :mod:`.jars`: the JVM jars ``make jars`` resolves from ``jvm/pom.xml``.
-- :mod:`.apache_kafka`: Apache Kafka's own broker (single-node KRaft) started from those jars.
+The suite, ``bench/``, ``soak/``, ``examples/demo.py`` and the ``sharegroup`` command use it:
+
+- :mod:`.embedded_broker`: librdkafka's mock cluster as a share-group broker, no JVM.
+- :mod:`.apache_kafka`: Apache Kafka's own broker (single-node KRaft) started from the jars of ``make jars``.
+- :mod:`.jars`: where those jars are.
+- :mod:`.kafka_peers`: either broker behind one interface (topics, groups, producing, outages).
+- :mod:`.spark`: a local SparkSession with Delta and Spark's Kafka source.
+- :mod:`.workers`: the driver-side Python workers of streaming sources, to kill or measure.
+- :mod:`.serve`: a broker served in the foreground (``sharegroup broker``, ``sharegroup kafka``).
 """

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
@@ -144,7 +145,7 @@ class ApacheKafka:
         self.directory: Path | None = None
         self.bootstrap_servers = ""
         self._process: subprocess.Popen | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
 
     @property
     def log_path(self) -> Path:
@@ -218,7 +219,7 @@ class ApacheKafka:
         return subprocess.run(self._java(KAFKA_TOOLS[tool], *args, log_config="tools-log4j2.properties"),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
 
-    def spawn_tool(self, tool: str, args: Sequence[str], **popen: object) -> subprocess.Popen:
+    def spawn_tool(self, tool: str, args: Sequence[str], **popen: Any) -> subprocess.Popen:
         """Start a long-running tool (a console share consumer); it dies with this process."""
         command = self._java(KAFKA_TOOLS[tool], *args, log_config="tools-log4j2.properties")
         return subprocess.Popen([*_orphan_guard(), *command], **popen)

@@ -1,16 +1,21 @@
-"""One local SparkSession for the whole test run: starting Spark costs seconds."""
+"""A local SparkSession for tests, the bench and the soak: one per run, since starting Spark costs seconds."""
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from sharegroup_source.testing.jars import spark_jars
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+__all__ = ["QUIET_LOG4J2", "local_spark"]
+
+#: Spark's quiet logging, package data, so an installed wheel has it too; the JVM reads it by path
+#: (a wheel installs package data as files).
+QUIET_LOG4J2 = Path(str(files("sharegroup_source") / "conf" / "log4j2.properties"))
 
 
 def local_spark() -> SparkSession:
@@ -29,6 +34,6 @@ def local_spark() -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopTimeout", "60s")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={CONF / 'log4j2.properties'}")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2}")
         .getOrCreate()
     )

@@ -4,8 +4,8 @@ A share-group broker, a producer of sample orders, and a Spark query reading
 ``format("sharegroup")`` into a Delta table. One line per micro-batch, then a summary read
 from the state tables. Finishes by itself in about two minutes.
 
-    python -m sharegroup_source.demo                  # the embedded broker: fast, no JVM broker
-    python -m sharegroup_source.demo --kafka apache   # Apache Kafka's own broker (needs `make jars`)
+    python examples/demo.py                  # the embedded broker: fast, no JVM broker
+    python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs `make jars`)
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from sharegroup_source.broker import EmbeddedBroker
 from sharegroup_source.sinks import DeltaBatchWriter
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
+from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.spark import QUIET_LOG4J2
 from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
@@ -54,12 +55,10 @@ def produce_orders(servers: str, done: threading.Event) -> None:
 
 def spark_session() -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
-    builder = (SparkSession.builder.master("local[2]").appName("sharegroup-demo")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false"))
-    if conf.exists():
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={conf}")
-    return builder.getOrCreate()
+    return (SparkSession.builder.master("local[2]").appName("sharegroup-demo")
+            .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2}")
+            .getOrCreate())
 
 
 def has_delta_spark(spark: SparkSession) -> bool:
@@ -94,7 +93,7 @@ def share_group_broker(kind: str) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sharegroup_source.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.splitlines()[0])
     parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                         help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
     args = parser.parse_args(argv)

@@ -1,10 +1,10 @@
-"""The Kafka peers the tests talk to: the embedded broker and Apache Kafka's own broker.
+"""The Kafka peers the tests, the bench and the soak talk to: the embedded broker and Apache
+Kafka's own broker, behind one interface.
 
-Kafka-facing tests run once per peer (``SHAREGROUP_TEST_KAFKA=embedded|apache|both``,
-default both). The ``apache`` peer is a single-node KRaft broker the suite starts from the
-jars of ``jvm/pom.xml``; ``SHAREGROUP_TEST_BOOTSTRAP=host:port`` points it at an existing
-Kafka 4.2+ cluster with share groups enabled instead. Tests that need the embedded broker's
-fault hooks skip on the other peer with a printed reason.
+The ``apache`` peer is a single-node KRaft broker started from the jars of ``jvm/pom.xml``;
+``SHAREGROUP_TEST_BOOTSTRAP=host:port`` points it at an existing Kafka 4.2+ cluster with share
+groups enabled instead. Tests that need the embedded broker's fault hooks skip on the other peer
+with a printed reason; only they ask, so pytest is imported only when a skip is due.
 """
 
 from __future__ import annotations
@@ -14,30 +14,27 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.broker import EmbeddedBroker
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
+from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+
+__all__ = ["BOOTSTRAP_ENV", "EMBEDDED_SESSION_TIMEOUT_MS", "PEERS", "KafkaUnderTest", "kafka_session", "wait_for"]
 
 BOOTSTRAP_ENV = "SHAREGROUP_TEST_BOOTSTRAP"
-PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
 PEERS = ("embedded", "apache")
 #: librdkafka's mock cluster default share-group session timeout; tests that shorten it get it back.
 EMBEDDED_SESSION_TIMEOUT_MS = 45_000
 
 
-def selected_peers() -> list[str]:
-    """The peers this run tests against, from ``SHAREGROUP_TEST_KAFKA`` (default: both)."""
-    value = os.environ.get(PEERS_ENV, "both").strip().lower()
-    if value == "both":
-        return list(PEERS)
-    if value not in PEERS:
-        raise ValueError(f"{PEERS_ENV}={value!r}: expected embedded, apache or both")
-    return [value]
+def _skip(reason: str) -> NoReturn:
+    """Skip the running test: the peer lacks what it needs (pytest is the test suite's, not the package's)."""
+    import pytest
+
+    pytest.skip(reason)
 
 
 class KafkaUnderTest:
@@ -75,7 +72,7 @@ class KafkaUnderTest:
 
     def require_embedded(self, why: str) -> EmbeddedBroker:
         if self.embedded is None:
-            pytest.skip(f"needs the embedded broker's fault hooks ({why}); this run is on {self.describe()}")
+            _skip(f"needs the embedded broker's fault hooks ({why}); this run is on {self.describe()}")
         return self.embedded
 
     def require_outages(self) -> None:
@@ -90,18 +87,18 @@ class KafkaUnderTest:
         if self.apache is not None:
             self.apache.pause()
         else:
-            self.embedded.set_down()
+            self.require_embedded("takes the broker down").set_down()
 
     def broker_up(self) -> None:
         self.require_outages()
         if self.apache is not None:
             self.apache.resume()
         else:
-            self.embedded.set_up()
+            self.require_embedded("brings the broker back").set_up()
 
     def require_apache(self, why: str) -> ApacheKafka:
         if self.apache is None:
-            pytest.skip(f"needs Apache Kafka's broker and tools ({why}); this run is on {self.describe()}")
+            _skip(f"needs Apache Kafka's broker and tools ({why}); this run is on {self.describe()}")
         return self.apache
 
     def config(self, **extra: Any) -> dict[str, Any]:

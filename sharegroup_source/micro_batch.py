@@ -286,7 +286,7 @@ class MicroBatchDriver:
         answer ends the run, and a new member's first acquisitions return nothing until its
         assignment arrives, so emptiness must last a while; but once an acquisition brought records
         past the run's target, the run ends without acquiring again (each time would acquire
-        them anew, and the broker archives a record at its delivery-count limit).
+        them anew, and the group archives a record at its delivery-count limit).
         """
         if self._backlog:
             if self._backlog.fresh():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -95,16 +96,20 @@ class StreamSetup:
 
     def sink_rows(self, spark: SparkSession) -> list[tuple[int, bytes, int]]:
         """(partition, value, deliveryCount) of every row in the sink, duplicates kept."""
-        if not self.sink.exists():
-            return []
-        # a foreachBatch folder is complete once it has _SUCCESS; one being written is skipped
-        batches = sorted(str(d) for d in self.sink.glob("batch=*") if (d / "_SUCCESS").exists())
-        if batches:
-            frame = spark.read.option("basePath", str(self.sink)).parquet(*batches)
-        elif any(self.sink.glob("batch=*")):
-            return []
+        if (self.sink / "_spark_metadata").is_dir():  # a file sink: Spark reads what its metadata log committed
+            try:
+                frame = spark.read.parquet(str(self.sink))
+            except AnalysisException as error:
+                if error.getCondition() == "UNABLE_TO_INFER_SCHEMA":
+                    return []  # the log has no file yet
+                raise
         else:
-            frame = spark.read.parquet(str(self.sink))
+            # foreachBatch folders: one is complete once it has _SUCCESS, one being written is skipped. The
+            # sink folder exists a moment before its first batch folder (Hadoop makes one level at a time).
+            batches = sorted(str(d) for d in self.sink.glob("batch=*") if (d / "_SUCCESS").exists())
+            if not batches:
+                return []
+            frame = spark.read.option("basePath", str(self.sink)).parquet(*batches)
         rows = frame.select("partition", "value", "deliveryCount").collect()
         return [(r.partition, bytes(r.value), r.deliveryCount) for r in rows]
 

@@ -303,7 +303,8 @@ class MicroBatchDriver:
             acquired_at_ms = int(time.time() * 1000)
             acquired = self._coordinator.acquire(max_records, max(min(poll_s, remaining), 0.01))
             fresh = self._admit(acquired, max_records, acquired_at_ms)
-            if fresh.num_rows or time.monotonic() >= idle_until:
+            # past the target: acquiring again would take back what was just given back
+            if fresh.num_rows or self._past_target or time.monotonic() >= idle_until:
                 self._assigned = True
                 return fresh, acquired_at_ms
 

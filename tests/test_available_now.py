@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
@@ -55,3 +56,28 @@ def test_records_produced_during_a_run_reach_the_next_run_once(spark, kafka, tmp
     assert max(count for _, _, count in rows) <= 2, "a record was delivered more than twice"
     assert setup.progress()["dead_lettered"] == 0
     assert setup.leftovers_for_a_fresh_member() == []
+
+
+@pytest.mark.timing
+def test_a_poll_of_only_records_past_the_target_ends_the_run_at_once(kafka, tmp_path):
+    """The driver in Spark's order: once the run's records are taken, a poll that brings only later
+    records gives them back and ends the run; it must not poll again (with a delivery-count limit of
+    2, a second acquisition and release would archive them)."""
+    setup = StreamSetup(kafka, kafka.new_topic(1), kafka.new_group(delivery_attempt_limit=2), tmp_path)
+    kafka.produce_numbered(setup.topic, 10, 1)
+    driver = MicroBatchDriver(setup.source_options(maxRecordsPerTrigger=100))
+    try:
+        driver.prepare_available_now()
+        start, taken = driver.initial_offset(), 0
+        while taken < 10:  # the run's own records, in one epoch or more
+            end = driver.latest_offset(start, None)
+            assert end != start, f"the run ended after {taken} of its 10 records"
+            taken += sum(e.record_count for e in driver.store.ledger.entries(setup.group) if e.epoch == end["epoch"])
+            start = end
+        later = kafka.produce_numbered(setup.topic, 10, 1, first=10)
+        assert driver.latest_offset(start, None) == start, "records past the target made an epoch"
+    finally:
+        driver.stop()
+    left = setup.leftovers_for_a_fresh_member()
+    assert sorted((p, v) for p, v, _ in left) == sorted(later), "the later records wait for the next run"
+    assert {count for _, _, count in left} == {2}, "given back once: delivered once before, now the second time"

@@ -127,6 +127,7 @@ class SharePartition:
         self.config = config or ShareConfig()
         self._spso = spso
         self._batches: list[StateBatch] = []
+        self._archived_at_limit: list[StateBatch] = []
         expected = spso
         for batch in sorted(batches, key=lambda b: b.first):
             if batch.first < expected or batch.last < batch.first:
@@ -171,6 +172,16 @@ class SharePartition:
             return StateBatch(offset, offset, RecordState.AVAILABLE, 0)
         return replace(self._batches[self._index_of(offset)], first=offset, last=offset)
 
+    def archived_at_limit(self) -> list[AcquiredRecords]:
+        """Ranges this instance archived because their delivery count reached the limit.
+
+        The group, not a member, archives these, so nobody else would dead-letter them; REJECTs
+        are left out because the member that rejected already did. The list covers this
+        instance's life only: a compare-and-swap retry rebuilds the instance from the row it
+        re-read, so what it reports is exactly what the winning commit archived.
+        """
+        return _runs(self._archived_at_limit)
+
     def persisted(self) -> PersistedState:
         """KIP-932's durable form: Acquired is transient, so it persists as Available with its count."""
         out: list[PersistedBatch] = []
@@ -209,7 +220,7 @@ class SharePartition:
             if batch.state is not RecordState.AVAILABLE:
                 continue
             if batch.delivery_count >= self.config.delivery_attempt_limit:
-                self._put(replace(batch, state=RecordState.ARCHIVED))
+                self._put(self._archive_at_limit(batch))
                 continue
             budget = self._take(batch.first, batch.last, batch.delivery_count, missing, member_id, deadline,
                                 budget, taken)
@@ -246,6 +257,21 @@ class SharePartition:
         self._normalize()
         return sum(b.last - b.first + 1 for b in held)
 
+    def renew_member(self, member_id: str, now_ms: int) -> int:
+        """Extend every live lock ``member_id`` holds to a full lock duration from ``now_ms`` (KIP-1222
+        RENEW); returns the record count renewed.
+
+        Locks that already ended are released first, as everywhere else: a renewal cannot bring back
+        a lock another member may since have taken over.
+        """
+        self.expire_locks(now_ms)
+        deadline = now_ms + self.config.lock_duration_ms
+        held = [b for b in self._batches if b.state is RecordState.ACQUIRED and b.member_id == member_id]
+        for b in held:
+            self._put(replace(b, lock_deadline_ms=deadline))
+        self._normalize()
+        return sum(b.last - b.first + 1 for b in held)
+
     def expire_locks(self, now_ms: int) -> int:
         """Release every record whose lock deadline is at or before ``now_ms``; returns the record count."""
         expired = [b for b in self._batches
@@ -263,11 +289,19 @@ class SharePartition:
     def _settle(self, batch: StateBatch, ack: AckType) -> StateBatch:
         if ack is AckType.ACCEPT:
             state = RecordState.ACKNOWLEDGED
-        elif ack is AckType.REJECT or batch.delivery_count >= self.config.delivery_attempt_limit:
+        elif ack is AckType.REJECT:
             state = RecordState.ARCHIVED
+        elif batch.delivery_count >= self.config.delivery_attempt_limit:
+            return self._archive_at_limit(batch)
         else:
             state = RecordState.AVAILABLE
         return StateBatch(batch.first, batch.last, state, batch.delivery_count)
+
+    def _archive_at_limit(self, batch: StateBatch) -> StateBatch:
+        """Archive ``batch`` for having reached the delivery-count limit, and remember it for the report."""
+        archived = StateBatch(batch.first, batch.last, RecordState.ARCHIVED, batch.delivery_count)
+        self._archived_at_limit.append(archived)
+        return archived
 
     def _take(self, first: int, last: int, delivery_count: int, missing: list[int], member_id: str,
               deadline: int, budget: int, taken: list[StateBatch]) -> int:

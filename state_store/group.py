@@ -31,13 +31,21 @@ from state_store.errors import GroupSettingsError, StateStoreError
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
 
-__all__ = ["AUTO_OFFSET_RESETS", "MEMBERS_SCHEMA", "MEMBER_KINDS", "SETTINGS_SCHEMA", "SETTING_OPTIONS",
-           "GroupSettings", "GroupStore", "MemberInfo"]
+__all__ = ["AUTO_OFFSET_RESETS", "MEMBERS_KEPT", "MEMBERS_SCHEMA", "MEMBER_KINDS", "SETTINGS_SCHEMA",
+           "SETTING_OPTIONS", "GroupSettings", "GroupStore", "MemberInfo"]
 
 AUTO_OFFSET_RESETS = ("latest", "earliest")
 MEMBER_KINDS = ("query", "worker")
 #: Maintenance drops members not seen for this long: left ones, and ones whose process died.
 MEMBERS_KEPT = timedelta(days=1)
+
+#: The option that sets each GroupSettings field (KIP-932's group config names, without ``group.``).
+SETTING_OPTIONS = {
+    "share.record.lock.duration.ms": "lock_duration_ms",
+    "share.delivery.count.limit": "delivery_count_limit",
+    "share.partition.max.record.locks": "max_record_locks",
+    "share.auto.offset.reset": "auto_offset_reset",
+}
 
 
 @dataclass(frozen=True)
@@ -53,21 +61,15 @@ class GroupSettings:
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise ValueError(f"share.auto.offset.reset must be one of {AUTO_OFFSET_RESETS}, "
                              f"got {self.auto_offset_reset!r}")
-        self.share_config  # noqa: B018 - ShareConfig checks the limits are positive
+        for option, name in SETTING_OPTIONS.items():
+            if name != "auto_offset_reset" and getattr(self, name) < 1:
+                raise ValueError(f"{option} must be at least 1, got {getattr(self, name)}")
 
     @property
     def share_config(self) -> ShareConfig:
         return ShareConfig(delivery_attempt_limit=self.delivery_count_limit, max_record_locks=self.max_record_locks,
                            lock_duration_ms=self.lock_duration_ms)
 
-
-#: The option that sets each GroupSettings field (KIP-932's group config names, without ``group.``).
-SETTING_OPTIONS = {
-    "share.record.lock.duration.ms": "lock_duration_ms",
-    "share.delivery.count.limit": "delivery_count_limit",
-    "share.partition.max.record.locks": "max_record_locks",
-    "share.auto.offset.reset": "auto_offset_reset",
-}
 
 SETTINGS_SCHEMA = pa.schema([
     pa.field("group_id", pa.string(), nullable=False),

@@ -187,6 +187,9 @@ def test_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         GroupStore.open(str(tmp_path), "g", {"share.lock.ms": 5})
     with pytest.raises(ValueError, match=r"share\.auto\.offset\.reset must be one of"):
         GroupStore.open(str(tmp_path), "g", {"share.auto.offset.reset": "by_duration:PT1H"})
+    with pytest.raises(ValueError, match=r"share\.delivery\.count\.limit must be at least 1, got 0"):
+        GroupStore.open(str(tmp_path), "g", {"share.delivery.count.limit": 0})
+    assert not (tmp_path / "settings").exists()  # nothing was created for a member refused at the door
 
 
 # -- members ----------------------------------------------------------------------------------

@@ -208,7 +208,10 @@ def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Ma
     if any(key.lower() == "auto.offset.reset" for key in kafka):
         raise OptionError("option 'kafka.auto.offset.reset' does not apply with coordinator=delta: where a new "
                           "share group starts is the group setting share.auto.offset.reset (latest or earliest)")
-    location = _required(options, "groupLocation")
+    location = _optional_location(options, "groupLocation")
+    if location is None:
+        raise OptionError("option 'groupLocation' is required with option 'coordinator'='delta': the path or URI "
+                          "of the share group's Delta state, the same for every member of the group")
     settings: dict[str, int | str] = {}
     for name in GROUP_SETTINGS[:3]:
         value = _positive(options, name, None)

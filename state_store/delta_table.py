@@ -37,8 +37,8 @@ from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
-from sharegroup_source.redaction import redact_location
 from state_store.errors import StateStoreError
+from state_store.redaction import redact_location
 
 __all__ = ["USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot", "StateTable", "Write", "local_path",
            "table_uri"]

@@ -175,6 +175,7 @@ class GroupMember:
         while not self._closed.wait(interval_s):
             try:
                 self._commit(lambda sps, now_ms: None)
-                self.group.heartbeat(self.member_id)
+                with self._lock:  # the group's tables are one thread's at a time
+                    self.group.heartbeat(self.member_id)
             except Exception as error:  # the next round tries again; locks last a whole duration
                 log.warning("member %s could not renew its locks: %s", self.member_id, error)

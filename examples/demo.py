@@ -6,6 +6,7 @@ from the state tables. Finishes by itself in about two minutes.
 
     python examples/demo.py                  # the embedded broker: fast, no JVM broker
     python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs `make jars`)
+    python examples/demo.py --coordinator delta   # the share group's state in Delta, any Kafka
 """
 
 from __future__ import annotations
@@ -96,18 +97,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.splitlines()[0])
     parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                         help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
+    parser.add_argument("--coordinator", choices=("broker", "delta"), default="broker",
+                        help="who holds the locks: the broker's share group (default), or a Delta table "
+                             "(executors read the records; no share-group support needed on the broker)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="sharegroup-demo-"))
+    coordinator = {"coordinator": args.coordinator}
+    if args.coordinator == "delta":
+        coordinator |= {"groupLocation": str(work / "group"), "share.auto.offset.reset": "earliest"}
     state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
     produced = threading.Event()
     with share_group_broker(args.kafka) as servers:
-        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP}; output in {work}")
+        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP} (coordinator={args.coordinator}); output in {work}")
         spark = spark_session()
         orders = (spark.readStream.format("sharegroup")
                   .option("kafka.bootstrap.servers", servers)
                   .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
                   .option("stateLocation", str(state)).option("maxRecordsPerTrigger", 2_000)
-                  .load())
+                  .options(**coordinator).load())
         writer = DeltaBatchWriter(sink, app_id="demo-orders")
         use_delta_spark = has_delta_spark(spark)
 
@@ -142,7 +149,7 @@ def summarize(spark: SparkSession, state: Path, sink: Path, seconds: float) -> N
     store = StateStore(str(state))
     statuses: dict[str, int] = {}
     for entry in store.ledger.entries(GROUP):
-        statuses[entry.status] = statuses.get(entry.status, 0) + entry.record_count
+        statuses[entry.status.value] = statuses.get(entry.status.value, 0) + entry.record_count
     table = DeltaTable(str(sink)).to_pyarrow_table(columns=["key"]) if (sink / "_delta_log").exists() else None
     rows = table.num_rows if table is not None else 0
     distinct = len(set(table.column("key").to_pylist())) if table is not None else 0

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from sharegroup_source.errors import ClusterError
 
-__all__ = ["LogBounds"]
+__all__ = ["LogBounds", "admin_config"]
 
 #: librdkafka settings of a consumer that an admin client does not take (it would warn on each).
 _CONSUMER_ONLY = {"isolation.level", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
@@ -31,7 +31,7 @@ class LogBounds:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 15.0):
         self._committed = str(config.get("isolation.level", "read_uncommitted")) == "read_committed"
-        self._admin = AdminClient({k: v for k, v in config.items() if k not in _CONSUMER_ONLY})
+        self._admin = AdminClient(admin_config(config))
         self._timeout_s = timeout_s
         self._servers = config.get("bootstrap.servers", "")
 
@@ -51,3 +51,8 @@ class LogBounds:
         except KafkaException as error:
             raise ClusterError(f"cannot read log offsets at bootstrap.servers={self._servers}: "
                                f"{error.args[0].str()}") from None
+
+
+def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A consumer's settings without those an admin client would warn about on every start."""
+    return {key: value for key, value in config.items() if key not in _CONSUMER_ONLY}

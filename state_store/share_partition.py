@@ -172,6 +172,23 @@ class SharePartition:
             return StateBatch(offset, offset, RecordState.AVAILABLE, 0)
         return replace(self._batches[self._index_of(offset)], first=offset, last=offset)
 
+    def count(self, *states: RecordState, start: int | None = None) -> int:
+        """In-flight records in any of ``states`` at offsets from ``start`` (default the SPSO) to the SPEO.
+
+        What describing a group reports: the four counts sum to SPEO - SPSO. ``start`` leaves out
+        offsets the log no longer holds (retention moved the log start past the SPSO).
+        """
+        low = self._spso if start is None else start
+        return sum(b.last - max(b.first, low) + 1 for b in self._batches if b.state in states and b.last >= low)
+
+    def holders(self) -> dict[str, int]:
+        """Records each member holds Acquired, by member id; call ``expire_locks`` first for the live locks only."""
+        held: dict[str, int] = {}
+        for b in self._batches:
+            if b.state is RecordState.ACQUIRED and b.member_id is not None:
+                held[b.member_id] = held.get(b.member_id, 0) + b.last - b.first + 1
+        return held
+
     def archived_at_limit(self) -> list[AcquiredRecords]:
         """Ranges this instance archived because their delivery count reached the limit.
 
@@ -271,6 +288,25 @@ class SharePartition:
             self._put(replace(b, lock_deadline_ms=deadline))
         self._normalize()
         return sum(b.last - b.first + 1 for b in held)
+
+    def reset(self, offset: int) -> int:
+        """Start the share-partition afresh at ``offset`` (KIP-932's alterShareGroupOffsets); returns the
+        in-flight record count whose state and delivery counts were discarded.
+
+        SPSO and SPEO become ``offset``: records from there on are Available, never delivered, and
+        everything below is Archived. Refused with InvalidRecordStateError while any record is
+        Acquired (call ``expire_locks`` first): a member holding records would settle them against
+        state that no longer exists, which is why KIP-932 resets only an empty group.
+        """
+        if offset < 0:
+            raise ValueError(f"a share-partition cannot start at a negative offset, got {offset}")
+        held = self.holders()
+        if held:
+            raise InvalidRecordStateError(f"cannot reset to offset {offset}: records are Acquired by "
+                                          f"{', '.join(sorted(held))}")
+        discarded = self.speo - self._spso
+        self._spso, self._batches = offset, []
+        return discarded
 
     def expire_locks(self, now_ms: int) -> int:
         """Release every record whose lock deadline is at or before ``now_ms``; returns the record count."""

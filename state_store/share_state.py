@@ -171,6 +171,30 @@ class ShareStateTable:
         version = self.table.commit(plan)
         return outcome[0], version
 
+    def remove_topic(self, topic: str, check: Callable[[Mapping[Key, SharePartition]], None] | None = None,
+                     ) -> tuple[list[int], int | None]:
+        """Delete every share-partition row of ``topic`` in one compare-and-swap commit (KIP-932's
+        deleteShareGroupOffsets): the group forgets where it was in the topic.
+
+        ``check`` sees every share-partition of the group, locks included, on the version the
+        delete is planned on, and raises to refuse it: a refusal that looked at an older read could
+        let a member that acquired meanwhile lose its records' state. Returns the partitions
+        removed and the committed version (None when the group had no state for ``topic``).
+        """
+        removed: list[int] = []
+
+        def plan(snapshot: Snapshot) -> Write | None:
+            rows = _latest(snapshot)
+            if check is not None:
+                check({key: _from_row(row, self.config) for key, row in rows.items()})
+            removed[:] = sorted(partition for name, partition in rows if name == topic)
+            if not removed:
+                return None
+            return Write(SHARE_STATE_SCHEMA.empty_table(), mode="overwrite", predicate=_topic_is(topic))
+
+        version = self.table.commit(plan)
+        return list(removed), version
+
     def maintain(self) -> None:
         self.table.maintain()
 
@@ -202,9 +226,14 @@ def _write_all(snapshot: Snapshot, written: Mapping[Key, SharePartition], existi
 
 
 def _matches(topic: str, partition: int) -> str:
-    """The predicate selecting one share-partition's row; the topic quoted as a SQL string."""
+    """The predicate selecting one share-partition's row."""
+    return f"{_topic_is(topic)} AND partition = {int(partition)}"
+
+
+def _topic_is(topic: str) -> str:
+    """The predicate selecting a topic's rows; the topic quoted as a SQL string."""
     quoted = topic.replace("'", "''")
-    return f"topic = '{quoted}' AND partition = {int(partition)}"
+    return f"topic = '{quoted}'"
 
 
 def _from_row(row: dict[str, Any], config: ShareConfig) -> SharePartition:

@@ -1,7 +1,8 @@
 """Kafka share groups (KIP-932) as a Spark Structured Streaming source: ``format("sharegroup")``.
 
 ``register(spark)`` registers the format where the package is not pip-installed;
-``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch.
+``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch;
+``DeltaShareConsumer(config)`` lets a plain Python worker share a ``coordinator=delta`` queue with queries.
 The connector's exceptions (``sharegroup_source.errors``) are importable from here.
 """
 
@@ -22,8 +23,10 @@ from sharegroup_source.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ClusterError", "DataLossError", "FencedError", "OptionError", "OutcomeError", "StateMismatchError",
-           "StateStoreError", "acknowledge", "register"]
+    from sharegroup_source.coordinators.delta import DeltaShareConsumer
+
+__all__ = ["ClusterError", "DataLossError", "DeltaShareConsumer", "FencedError", "OptionError", "OutcomeError",
+           "StateMismatchError", "StateStoreError", "acknowledge", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -39,4 +42,8 @@ def __getattr__(name: str) -> Any:
         from sharegroup_source.outcomes import acknowledge
 
         return acknowledge
+    if name == "DeltaShareConsumer":
+        from sharegroup_source.coordinators.delta import DeltaShareConsumer
+
+        return DeltaShareConsumer
     raise AttributeError(f"module 'sharegroup_source' has no attribute {name!r}")

@@ -7,6 +7,7 @@ Every test compares the sink with what was produced, record by record, and reads
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import sharegroup_source
+from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.errors import OptionError
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.apache_kafka import ApacheKafka
@@ -22,7 +24,9 @@ from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import RecordState, StateStore
 from state_store.errors import GroupSettingsError
 from state_store.group import GroupStore
+from tests.delta_worker import spawn
 from tests.streams import StreamSetup, worker_holding_an_epoch
+from tests.test_delta_share_consumer import accept_until, tell, worker_config
 from tests.test_source import _assert_exactly_once
 
 pytestmark = pytest.mark.spark
@@ -224,3 +228,78 @@ def test_kafka_without_share_groups_serves_a_delta_query(spark, kafka, tmp_path)
             query.stop()
         assert query.exception() is None
         _assert_exactly_once(setup.sink_rows(spark), produced)
+
+
+def _accepted_by_workers(paths: list[Path]) -> list[tuple[int, bytes, int]]:
+    """(partition, value, delivery count) of what worker processes accepted, from their files' complete lines."""
+    lines = [line for path in paths for line in path.read_text().split("\n")[:-1]]
+    return [(int(p), bytes.fromhex(v), int(dc)) for p, v, dc in (line.split() for line in lines)]
+
+
+@pytest.mark.timing
+def test_a_query_and_two_worker_processes_share_one_queue(spark, kafka, tmp_path):
+    """A Spark query and two DeltaShareConsumer processes in one group: each record is accepted by one of them, once.
+
+    The workers join first and start taking records once the query has its first epoch, so all three take part.
+    """
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 3000, 2)
+    outputs = [tmp_path / f"worker-{i}.txt" for i in range(2)]
+    for output in outputs:
+        output.touch()
+    config = worker_config(kafka, setup.group, setup.group_location, **{"max.poll.records": 100})
+    workers = [spawn(config, setup.topic, "share", str(output)) for output in outputs]
+    try:
+        assert [worker.stdout.readline().strip() for worker in workers] == ["joined", "joined"]
+        query = setup.file_sink(spark, available_now=False, maxRecordsPerTrigger=100)
+        try:
+            wait_for(setup.ledger_entries, 120, "the query's first epoch")
+            for worker in workers:
+                tell(worker, "go")
+            wait_for(lambda: len(setup.sink_rows(spark)) + len(_accepted_by_workers(outputs)) >= len(produced), 180,
+                     "every record in the sink or a worker's file", interval_s=1,
+                     state=lambda: f"{len(_accepted_by_workers(outputs))} accepted by workers; {setup.describe(spark)}")
+            for worker in workers:
+                tell(worker, "stop")
+            assert [worker.wait(60) for worker in workers] == [0, 0]
+            wait_for(setup.every_epoch_settled, 60, "the query's last epoch to be acknowledged")
+        finally:
+            query.stop()
+    finally:
+        for worker in workers:
+            worker.kill()
+    wait_for(setup.members_left, 30, "every member to leave the group")
+    sink = setup.sink_rows(spark)
+    _assert_exactly_once(sink + _accepted_by_workers(outputs), produced)
+    assert sink, "the query took no record"
+    assert all(_accepted_by_workers([output]) for output in outputs), "a worker took no record"
+    assert {dc for *_, dc in sink + _accepted_by_workers(outputs)} == {1}, "a record was redelivered"
+    assert sorted(m.kind for m in GroupStore.existing(str(setup.group_location)).members()) == [
+        "query", "worker", "worker"]
+    assert all(not batches for batches in setup.in_flight().values())
+
+
+@pytest.mark.timing
+def test_a_killed_workers_records_come_back_once_with_delivery_count_2(kafka, tmp_path):
+    """A worker SIGKILLed while it holds 30 records: after the lock duration another member gets exactly those."""
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 100, 2)
+    config = worker_config(kafka, setup.group, setup.group_location,
+                           **{"max.poll.records": 30, "share.record.lock.duration.ms": 3000})
+    killed = spawn(config, setup.topic, "hold")
+    try:
+        holding = json.loads(killed.stdout.readline())
+    finally:
+        killed.kill()
+    assert killed.wait(10) == -signal.SIGKILL
+    held = {(p, bytes.fromhex(v)) for p, _, v, _ in holding}
+    assert len(held) == 30
+    with DeltaShareConsumer({**config, "max.poll.records": 500}) as survivor:
+        survivor.subscribe([setup.topic])
+        got = accept_until(survivor, len(produced))
+    _assert_exactly_once(got, produced)
+    assert {(p, v) for p, v, dc in got if dc == 2} == held
+    assert {dc for p, v, dc in got if (p, v) not in held} == {1}
+    members = GroupStore.existing(str(setup.group_location)).members()
+    assert sorted(m.left_at_ms is None for m in members) == [False, True], "the killed worker never left; the other did"
+    assert all(not batches for batches in setup.in_flight().values())

@@ -59,6 +59,11 @@ _REQUIRED = {
 _OWN = {"group.id", "group.location", "max.poll.records", "dead.letter.location", "share.acknowledgement.mode",
         *SETTING_OPTIONS}
 
+#: The kept-open reader's librdkafka defaults (the user's config wins). It assigns anew for every read, and
+#: the new position's first fetch waits for the previous one, a long poll at the log end: each read but the
+#: first took fetch.wait.max.ms (500 ms) on both peers. A read stops at the log end, so long polls gain nothing.
+_READER_DEFAULTS = {"fetch.wait.max.ms": 10}
+
 Position = tuple[str, int, int]
 
 
@@ -129,9 +134,11 @@ class DeltaShareConsumer:
         self._max_poll_records = _positive(config, "max.poll.records", DEFAULT_MAX_POLL_RECORDS)
         self._kafka = {key: value for key, value in config.items() if key not in _OWN}
         self._group = GroupStore.open(str(config["group.location"]), self._group_id, _group_settings(config))
-        self._dead_letters = _dead_letters(config.get("dead.letter.location") or None, self._group.location)
+        dead_letter_location = config.get("dead.letter.location")
+        self._dead_letters = _dead_letters(str(dead_letter_location) if dead_letter_location else None,
+                                           self._group.location)
         self.member_id = f"worker-{uuid.uuid4().hex}"
-        self._reader = OffsetRangeReader(self._kafka)
+        self._reader = OffsetRangeReader({**_READER_DEFAULTS, **self._kafka})
         self._coordinator: DeltaCoordinator | None = None
         self._topics: list[str] = []
         self._in_flight: dict[Position, DeltaMessage] = {}  # returned by a poll, not settled yet
@@ -172,12 +179,12 @@ class DeltaShareConsumer:
             raise IllegalStateException(f"{unacknowledged} records from previous poll have not been acknowledged")
         self._warn_on_failures(self._settle())
         positions = coordinator.acquire(self._max_poll_records, math.inf if timeout < 0 else timeout)
-        self._dead_letter_archived()
         try:
             messages, self._gaps = self._read(positions)
-        except BaseException:
+            self._dead_letter_archived()
+        except BaseException:  # the caller got nothing, yet the member would renew these locks: give them back
             coordinator.acknowledge([Ack(*position, AckType.RELEASE) for position in record_keys(positions)])
-            raise  # the records go back at once, for another member to read
+            raise
         self._in_flight = {(m.topic(), m.partition(), m.offset()): m for m in messages}
         return messages
 

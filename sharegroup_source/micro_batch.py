@@ -34,13 +34,13 @@ from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
 from sharegroup_source.schema import NO_RECORDS, has_payload, row_bytes, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
 __all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions"]
 
 log = logging.getLogger(__name__)
 
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
-DELIVERY_LIMIT_REASON = "the group's delivery count limit reached"
 #: Compact, checkpoint and vacuum the state tables this often, so a long-running query's state stays small.
 MAINTAIN_EVERY_EPOCHS = 200
 #: How long an AvailableNow run keeps polling an empty queue before it ends.

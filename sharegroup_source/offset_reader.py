@@ -142,6 +142,10 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {
         "isolation.level": SHARE_GROUP_ISOLATION,
+        # a reader assigns anew for each read, and the new position's first fetch waits for the previous
+        # one, a long poll at the log end: each read but the first took 500 ms (the default). A read stops
+        # at the log end, so long polls gain nothing here.
+        "fetch.wait.max.ms": 10,
         **config,
         "group.id": REPLAY_GROUP_ID,
         "enable.auto.commit": False,

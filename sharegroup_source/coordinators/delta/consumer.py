@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -38,17 +37,16 @@ from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import message_key
 from state_store import AckType, DeadLetters
+from state_store.dead_letters import DELIVERY_LIMIT_REASON
 from state_store.group import SETTING_OPTIONS, GroupStore
 
-__all__ = ["DEFAULT_MAX_POLL_RECORDS", "DELIVERY_LIMIT_REASON", "REJECTED_REASON", "DeltaMessage",
+__all__ = ["DEFAULT_MAX_POLL_RECORDS", "REJECTED_REASON", "DeltaMessage",
            "DeltaShareConsumer"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POLL_RECORDS = 500
 REJECTED_REASON = "rejected by the worker"
-#: What a query writes for the same event (micro_batch.DELIVERY_LIMIT_REASON, which imports this package).
-DELIVERY_LIMIT_REASON = "the group's delivery count limit reached"
 #: Keys every consumer needs, and what each names (for the error that says one is missing).
 _REQUIRED = {
     "bootstrap.servers": "the Kafka cluster",
@@ -59,10 +57,6 @@ _REQUIRED = {
 _OWN = {"group.id", "group.location", "max.poll.records", "dead.letter.location", "share.acknowledgement.mode",
         *SETTING_OPTIONS}
 
-#: The kept-open reader's librdkafka defaults (the user's config wins). It assigns anew for every read, and
-#: the new position's first fetch waits for the previous one, a long poll at the log end: each read but the
-#: first took fetch.wait.max.ms (500 ms) on both peers. A read stops at the log end, so long polls gain nothing.
-_READER_DEFAULTS = {"fetch.wait.max.ms": 10}
 
 Position = tuple[str, int, int]
 
@@ -138,7 +132,7 @@ class DeltaShareConsumer:
         self._dead_letters = _dead_letters(str(dead_letter_location) if dead_letter_location else None,
                                            self._group.location)
         self.member_id = f"worker-{uuid.uuid4().hex}"
-        self._reader = OffsetRangeReader({**_READER_DEFAULTS, **self._kafka})
+        self._reader = OffsetRangeReader(self._kafka)
         self._coordinator: DeltaCoordinator | None = None
         self._topics: list[str] = []
         self._in_flight: dict[Position, DeltaMessage] = {}  # returned by a poll, not settled yet
@@ -342,14 +336,7 @@ def _group_settings(config: Mapping[str, Any]) -> dict[str, int | str]:
 
 def _dead_letters(location: str | None, group_location: str) -> DeadLetters:
     """The dead letters table at ``location`` (a path or URI), or ``dead_letters`` under the group's location."""
-    if location is None:
-        return DeadLetters.open(group_location, "dead_letters")
-    trimmed = location.rstrip("/")
-    if "://" in trimmed:
-        root, _, name = trimmed.rpartition("/")
-    else:
-        root, name = os.path.split(os.path.abspath(trimmed))
-    return DeadLetters.open(root, name)
+    return DeadLetters.open(group_location, "dead_letters") if location is None else DeadLetters.at(location)
 
 
 def _lost_lock(reason: str) -> KafkaException:

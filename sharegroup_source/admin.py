@@ -223,10 +223,10 @@ class _DeltaGroup:
             sp.expire_locks(now_ms)  # a read copy: locks as of now, as the next acquisition sees them
         members = _live_members(self.members, self.partitions, now_ms)
         return GroupDescription(
-            self.location, self.group.group_id, "delta", "Stable" if members else "Empty",
-            offsets.error if self.partitions else None, "; ".join(offsets.notes()) or None, tuple(members),
-            self.dead_letters, None, tuple(_delta_partition(key, sp, offsets) for key, sp in
-                                           sorted(self.partitions.items())))
+            self.location, self.group.group_id, "delta", state="Stable" if members else "Empty",
+            error=offsets.error if self.partitions else None, note="; ".join(offsets.notes()) or None,
+            members=tuple(members), dead_letter_count=self.dead_letters,
+            partitions=tuple(_delta_partition(key, sp, offsets) for key, sp in sorted(self.partitions.items())))
 
 
 def _delta_partition(key: Key, sp: SharePartition, offsets: _LogOffsets) -> PartitionDescription:
@@ -237,9 +237,11 @@ def _delta_partition(key: Key, sp: SharePartition, offsets: _LogOffsets) -> Part
         lag = max(0, log_end - low - sp.count(*_SETTLED_STATES, start=low))
     deadlines = [b.lock_deadline_ms for b in sp.batches if b.state is RecordState.ACQUIRED and b.lock_deadline_ms]
     return PartitionDescription(
-        key[0], key[1], sp.spso, sp.speo, log_start, log_end, lag, sp.count(RecordState.ACQUIRED),
-        sp.count(RecordState.AVAILABLE), sp.count(RecordState.ACKNOWLEDGED), sp.count(RecordState.ARCHIVED),
-        max((b.delivery_count for b in sp.batches), default=0), _time(min(deadlines, default=None)), error)
+        *key, spso=sp.spso, speo=sp.speo, log_start_offset=log_start, log_end_offset=log_end, lag=lag,
+        acquired=sp.count(RecordState.ACQUIRED), available=sp.count(RecordState.AVAILABLE),
+        acknowledged=sp.count(RecordState.ACKNOWLEDGED), archived=sp.count(RecordState.ARCHIVED),
+        max_delivery_count=max((b.delivery_count for b in sp.batches), default=0),
+        oldest_lock_deadline=_time(min(deadlines, default=None)), error=error)
 
 
 def _live_members(members: Sequence[MemberInfo], partitions: Mapping[Key, SharePartition],
@@ -282,9 +284,10 @@ class _BrokerQuery:
                 "they are left empty here; ask the broker: kafka-share-groups --bootstrap-server B --describe "
                 f"--group {self.group_id} --offsets. Shown is what this query's ledger knows")
         return GroupDescription(
-            self.location, self.group_id, "broker", None, offsets.error if self.entries else None,
-            "; ".join([note, *offsets.notes()]), members, self.dead_letters, len(unsettled),
-            tuple(_broker_partition(key, self.entries, offsets) for key in self.share_partitions()))
+            self.location, self.group_id, "broker", state=None, error=offsets.error if self.entries else None,
+            note="; ".join([note, *offsets.notes()]), members=members, dead_letter_count=self.dead_letters,
+            unsettled_epochs=len(unsettled),
+            partitions=tuple(_broker_partition(key, self.entries, offsets) for key in self.share_partitions()))
 
 
 def _broker_partition(key: Key, entries: Sequence[LedgerEntry], offsets: _LogOffsets) -> PartitionDescription:
@@ -301,9 +304,10 @@ def _broker_partition(key: Key, entries: Sequence[LedgerEntry], offsets: _LogOff
                 deadlines.append(entry.lock_deadline_ms)
     (log_start, log_end), error = offsets.of(key)
     return PartitionDescription(
-        key[0], key[1], None, None, log_start, log_end, None, sum(counts[s] for s in UNSETTLED), None,
-        counts[EpochStatus.ACKED], None, max_delivery, _time(min(deadlines, default=None)), error,
-        counts[EpochStatus.ACK_FAILED])
+        *key, spso=None, speo=None, log_start_offset=log_start, log_end_offset=log_end, lag=None,
+        acquired=sum(counts[s] for s in UNSETTLED), available=None, acknowledged=counts[EpochStatus.ACKED],
+        archived=None, max_delivery_count=max_delivery, oldest_lock_deadline=_time(min(deadlines, default=None)),
+        error=error, ack_failed=counts[EpochStatus.ACK_FAILED])
 
 
 def _read_one(location: str, storage_options: dict[str, str] | None) -> _DeltaGroup | _BrokerQuery | GroupDescription:
@@ -321,21 +325,28 @@ def _read_one(location: str, storage_options: dict[str, str] | None) -> _DeltaGr
 def _open(location: str, shown: str, storage_options: dict[str, str] | None) -> _DeltaGroup | _BrokerQuery:
     """A group's ``groupLocation`` if it has group settings, else a query's ``stateLocation`` if it has a ledger."""
     try:
-        return _DeltaGroup(GroupStore.existing(location, storage_options=storage_options), shown, storage_options)
+        group = GroupStore.existing(location, storage_options=storage_options)
     except StateStoreError as not_a_group:
-        store = StateStore(location, storage_options=storage_options)
-        ledger = store.ledger.table.snapshot()
-        local = local_path(location)
-        if ledger.version is None and local is not None and not os.path.exists(local):
-            raise StateStoreError("the location does not exist") from None
-        if ledger.version is None:
-            raise StateStoreError(f"not a share group's groupLocation ({not_a_group}), nor a query's "
-                                  "stateLocation (it has no ledger table)") from None
-        groups = sorted({row["query_id"] for piece in ledger.pieces for row in piece.rows(("query_id",))})
-        if len(groups) != 1:
-            raise StateStoreError(f"{shown} holds the ledgers of {len(groups)} share groups {groups}: a "
-                                  "stateLocation belongs to one query") from None
-        return _BrokerQuery(store, shown, groups[0])
+        return _broker_query(location, shown, storage_options, not_a_group)
+    return _DeltaGroup(group, shown, storage_options)
+
+
+def _broker_query(location: str, shown: str, storage_options: dict[str, str] | None,
+                  not_a_group: StateStoreError) -> _BrokerQuery:
+    """The query whose ledger is at ``location``; ``not_a_group`` is why the location is no delta group."""
+    store = StateStore(location, storage_options=storage_options)
+    ledger = store.ledger.table.snapshot()
+    local = local_path(location)
+    if ledger.version is None and local is not None and not os.path.exists(local):
+        raise StateStoreError("the location does not exist")
+    if ledger.version is None:
+        raise StateStoreError(f"not a share group's groupLocation ({not_a_group}), nor a query's stateLocation "
+                              "(it has no ledger table)")
+    groups = sorted({row["query_id"] for piece in ledger.pieces for row in piece.rows(("query_id",))})
+    if len(groups) != 1:
+        raise StateStoreError(f"{shown} holds the ledgers of {len(groups)} share groups {groups}: a "
+                              "stateLocation belongs to one query")
+    return _BrokerQuery(store, shown, groups[0])
 
 
 def _message(error: BaseException) -> str:
@@ -463,6 +474,10 @@ def parse_topic_spec(spec: str) -> tuple[str, tuple[int, ...] | None]:
 def _new_offsets(to: str | int | datetime, keys: Sequence[Key], cluster: _Cluster) -> dict[Key, int]:
     """Each share-partition's new start offset, kept within its log."""
     bounds = cluster.bounds(set(keys))
+    gone = [f"{topic}[{partition}]" for topic, partition in keys if (topic, partition) not in bounds]
+    if gone:
+        raise ValueError(f"{', '.join(gone)} not in the cluster (deleted?): delete-offsets the topic, or name "
+                         "the topics to reset")
     if to == "earliest":
         wanted = {key: bounds[key][0] for key in keys}
     elif to == "latest":

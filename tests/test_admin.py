@@ -22,7 +22,7 @@ from confluent_kafka import AcknowledgeType
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from sharegroup_source import DeltaShareConsumer, cli
+from sharegroup_source import DeltaShareConsumer, admin, cli
 from sharegroup_source.acks import Ack
 from sharegroup_source.admin import (
     SESSION_TIMEOUT_MS,
@@ -297,6 +297,39 @@ def test_twenty_groups_in_one_call_each_broken_one_has_its_error_and_offsets_are
     assert code == 1 and all(list(o) == [f.name for f in fields(GroupDescription)] for o in objects)
     assert all(list(p) == [f.name for f in fields(PartitionDescription)] for o in objects for p in o["partitions"])
     assert [GroupDescription.from_dict(o) for o in objects] == described, "--json round-trips"
+
+
+def test_a_deleted_topic_is_the_error_of_its_partitions_only(kafka, tmp_path):
+    kafka.require_apache("deletes a topic")
+    kept, deleted = kafka.new_topic(1), kafka.new_topic(2)
+    kafka.produce_numbered(kept, 10, 1)
+    location = tmp_path / "group"
+    _group_at(location, "deleted-topic-group", 3, [(kept, 0), (deleted, 0), (deleted, 1)])
+    for future in kafka.admin.delete_topics([deleted]).values():
+        future.result()
+    wait_for(lambda: deleted not in kafka.admin.list_topics(timeout=10).topics, 30, f"{deleted} gone")
+
+    [group] = describe_groups([str(location)], bootstrap_servers=kafka.bootstrap_servers)
+    assert group.error is None
+    assert {(p.topic, p.partition): (p.spso, p.log_end_offset, p.lag, p.error) for p in group.partitions} == {
+        (kept, 0): (3, 10, 7, None),
+        (deleted, 0): (3, None, None, f"{deleted}[0] is not in the cluster (topic or partition deleted)"),
+        (deleted, 1): (3, None, None, f"{deleted}[1] is not in the cluster (topic or partition deleted)")}
+    with pytest.raises(ValueError, match=rf"{deleted}\[0\], {deleted}\[1\] not in the cluster"):
+        reset_offsets(str(location), to="earliest", bootstrap_servers=kafka.bootstrap_servers)
+
+
+def test_an_unreachable_cluster_is_each_groups_error_and_their_state_is_still_described(tmp_path, monkeypatch):
+    monkeypatch.setattr(admin, "KAFKA_TIMEOUT_S", 1.0)
+    for name in ("first", "second"):
+        _group_at(tmp_path / name, name, 4, [("orders", 0)])
+    first, second = describe_groups([str(tmp_path / "first"), str(tmp_path / "second")],
+                                    bootstrap_servers="127.0.0.1:1")
+    for group in (first, second):
+        assert group.error.startswith("cannot reach Kafka at bootstrap.servers=127.0.0.1:1"), group.error
+        assert [(p.spso, p.log_end_offset, p.lag) for p in group.partitions] == [(4, None, None)]
+    [offline] = describe_groups([str(tmp_path / "first")])
+    assert (offline.error, offline.note) == (None, "no bootstrap servers given: log offsets and lag were not looked up")
 
 
 @pytest.mark.spark

@@ -236,8 +236,8 @@ def test_delete_offsets_makes_the_group_forget_a_topic(kafka, tmp_path, capsys):
             worker.subscribe([topic])
             for message in worker.poll(10):
                 worker.acknowledge(message)
-    assert sorted(GroupStore.existing(str(location)).share_state.partitions()) == [
-        (first, 0), (second, 0), (second, 1)]
+    assert sorted(GroupStore.existing(str(location)).share_state.partitions()) == sorted(
+        [(first, 0), (second, 0), (second, 1)])
     version = _version(location, "share_state")
 
     code, out, err = _cli(capsys, "delete-offsets", str(location), "--topic", second)

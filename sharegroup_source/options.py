@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.coordinators.broker.share_client import share_consumer_config
 from sharegroup_source.errors import OptionError
+from sharegroup_source.locations import resolve_location
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
 
@@ -54,7 +55,7 @@ class StateOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateOptions:
         lowered = {str(key).lower(): value for key, value in options.items()}
-        return cls(group_id=_group_id(lowered), state_location=_required(lowered, "stateLocation"),
+        return cls(group_id=_group_id(lowered), state_location=_location(lowered, "stateLocation"),
                    storage_options=_storage_options(options))
 
 
@@ -121,7 +122,7 @@ class SourceOptions:
             max_bytes_per_partition=_positive(lowered, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
             include_headers=_boolean(lowered, "includeHeaders", False),
             max_deliveries=_positive(lowered, "maxDeliveries", None),
-            dead_letter_location=_optional_location(lowered, "deadLetterLocation"),
+            dead_letter_location=_optional_delta_location(lowered, "deadLetterLocation"),
             fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
             coordinator=coordinator,
             poll_timeout_ms=_positive(lowered, "pollTimeoutMs", 1_000, maximum=_POLL_TIMEOUT_MAX_MS),
@@ -210,6 +211,17 @@ def _optional_location(options: Mapping[str, Any], name: str) -> str | None:
     if not str(raw).strip():
         raise OptionError(f"option '{name}' is blank: give a path or URI, or leave it out")
     return str(raw)
+
+
+def _location(options: Mapping[str, Any], name: str) -> str:
+    """A required location of Delta tables, as the state store opens it (see ``locations``)."""
+    return resolve_location(name, _required(options, name))
+
+
+def _optional_delta_location(options: Mapping[str, Any], name: str) -> str | None:
+    """An optional location of Delta tables, as the state store opens it (see ``locations``)."""
+    value = _optional_location(options, name)
+    return None if value is None else resolve_location(name, value)
 
 
 @overload

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.coordinators.broker.share_client import share_consumer_config
 from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka_clients import refuse_java_settings
 from sharegroup_source.locations import resolve_location
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
@@ -94,6 +95,7 @@ class SourceOptions:
         for key in kafka:
             if key.lower() in _RESERVED_KAFKA:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
+        refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
         unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, _STORAGE_PREFIX))
                          and key.lower() not in _KNOWN)
         if unknown:

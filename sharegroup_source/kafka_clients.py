@@ -34,8 +34,9 @@ KAFKA_LOGGER = "sharegroup_source.kafka"
 #: How long further complaints about one broker are counted instead of printed.
 REPEAT_INTERVAL_S = 30.0
 _PREVIEW = '"Preview"'
-#: "FAIL [rdkafka#consumer-1] [thrd:...]: sasl_ssl://host:9092/1: Connect to ..." -> host:9092
-_BROKER = re.compile(r"\]: (?:[A-Za-z_]+://)?(?P<broker>[^\s/\]]+)/[^\s:]*: ")
+#: "FAIL [rdkafka#consumer-1] [thrd:...]: sasl_ssl://host:9092/1: Connect to ..." -> host:9092, and
+#: "... [thrd:GroupCoordinator]: GroupCoordinator: host:9092: Connect to ..." -> host:9092 as well
+_BROKER = re.compile(r"\]: (?:GroupCoordinator: )?(?:[A-Za-z_]+://)?(?P<broker>[\w.\-]+:\d+)(?:/\w*)?: ")
 #: librdkafka settings only consumers read: an admin client or producer given one prints a CONFWARN.
 CONSUMER_ONLY = frozenset({
     "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",

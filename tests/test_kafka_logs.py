@@ -46,8 +46,10 @@ def test_complaints_about_one_broker_collapse_to_one_line_per_interval(caplog: p
     with caplog.at_level(logging.DEBUG, logger=KAFKA_LOGGER):
         for second in range(30):
             clock.now = second
-            for _ in range(19):  # librdkafka's rate against a closed port
+            for _ in range(18):  # librdkafka's rate against a closed port: 19 a second
                 log.log(logging.ERROR, FAIL.format(b="127.0.0.1:1"))
+            log.log(logging.ERROR, "FAIL [rdkafka#consumer-1] [thrd:GroupCoordinator]: GroupCoordinator: "
+                                   "127.0.0.1:1: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
             log.log(logging.ERROR, FAIL.format(b="10.0.0.2:9092"))
         clock.now = 31
         log.log(logging.ERROR, FAIL.format(b="127.0.0.1:1"))

@@ -8,8 +8,10 @@ under the ``sharegroup_source.kafka`` logger (librdkafka's ``logger`` setting), 
 one broker collapse to one line per broker per 30 s with a count, the preview notice is shown
 once at INFO, and admin clients and producers get no consumer-only settings.
 
-Turn client debug logs on with ``kafka.debug`` (for example ``broker,protocol``) and
-``logging.getLogger("sharegroup_source.kafka").setLevel(logging.DEBUG)``.
+Turn client debug logs on with ``kafka.debug`` (librdkafka's debug contexts, for example
+``broker,protocol,cgrp``): the logger then passes DEBUG, to stderr unless a handler is
+configured. The clients run in Spark's driver-side Python worker, where nobody configures
+logging, so the option is the one switch a user can reach.
 
 Java-client settings (``sasl.jaas.config``, JKS stores) are refused with their librdkafka
 equivalent named, because the Kafka client here is librdkafka, not the Java client.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -108,12 +111,26 @@ def client_log() -> ClientLog:
 
 def consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A consumer's (share or plain) configuration: ``config`` with the connector's log."""
+    _follow_debug(config)
     return {**config, "logger": client_log()}
 
 
 def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """An admin client's configuration: ``config`` without consumer-only settings, with the connector's log."""
+    _follow_debug(config)
     return {**{k: v for k, v in config.items() if k not in CONSUMER_ONLY}, "logger": client_log()}
+
+
+def _follow_debug(config: Mapping[str, Any]) -> None:
+    """``debug`` set: let the client's debug lines through, to stderr if logging is not configured."""
+    if not str(config.get("debug", "")).strip():
+        return
+    logger = logging.getLogger(KAFKA_LOGGER)
+    logger.setLevel(logging.DEBUG)
+    if not logger.hasHandlers():  # Python's last-resort handler shows warnings only
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
 
 
 def producer_config(config: Mapping[str, Any]) -> dict[str, Any]:

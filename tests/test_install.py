@@ -126,3 +126,14 @@ def test_the_installed_wheel_is_found_and_register_helps_an_older_session(wheel:
     assert after.returncode == 0, after.stderr[-3000:]
     assert after.stdout.startswith("found ['key', 'value'] from "), after.stdout
     assert after.stdout.split(" from ")[1].strip().startswith(str(site)), after.stdout
+
+
+def test_the_docs_say_how_a_running_session_finds_the_format() -> None:
+    """The Databricks notebook registers the format (a %pip install into a running session is not
+    discovered), the README says so, and neither names an index the package is not on."""
+    notebook = (ROOT / "notebooks" / "databricks_orders_job.py").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "sharegroup_source.register(spark)" in notebook and "DATA_SOURCE_NOT_FOUND" in notebook
+    assert "### Databricks" in readme and "register(spark)" in readme.split("### Databricks")[1].split("###")[0]
+    for text in (notebook, readme):
+        assert "pip install sharegroup-source" not in text

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from confluent_kafka import Producer, ShareConsumer
@@ -136,3 +139,24 @@ def test_java_client_settings_fail_at_load_naming_the_librdkafka_way(key: str, v
     message = str(refused.value)
     assert message.startswith(f"option 'kafka.{key}' is a Java Kafka client setting")
     assert instead in message and "hunter2" not in message
+
+
+def test_kafka_debug_turns_the_client_debug_log_on() -> None:
+    """The clients run in Spark's driver-side worker, where nobody configures logging: ``kafka.debug`` is the
+    switch. A fresh process, as that worker is: no logging configured."""
+    script = textwrap.dedent(f"""
+        from confluent_kafka import Consumer
+        from sharegroup_source.kafka_clients import consumer_config
+        for debug in ("", "broker"):
+            config = {{"bootstrap.servers": "127.0.0.1:{closed_port()}", "group.id": "g", "debug": debug}}
+            consumer = Consumer(consumer_config(config) if debug else consumer_config(
+                {{k: v for k, v in config.items() if k != "debug"}}))
+            consumer.poll(1.0)
+            consumer.close()
+            print("--", flush=True)
+            import sys; print("--", file=sys.stderr, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    quiet, debug, _ = done.stderr.split("--\n")
+    assert "DEBUG" not in quiet and quiet.count("Connection refused") <= 1, quiet
+    assert f"DEBUG {KAFKA_LOGGER}: " in debug, debug[-2000:]

@@ -57,5 +57,8 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
     output = "".join(seen) + out
     assert demo.returncode == 0, f"{output}\n{err}"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    # quiet by default: no raw librdkafka lines, no CONFWARN, no preview notice, no Spark console progress bar
+    for noise in ("|FAIL|", "CONFWARN", "Preview", "[Stage ", "ResolveWriteToStream", "Your hostname"):
+        assert noise not in err, (noise, err)
     assert "stopping: Ctrl-C" in output and "summary" in output and "stopped by Ctrl-C" in output
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("sharegroup-demo-")] == []

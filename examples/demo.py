@@ -8,6 +8,7 @@ and its path printed with SHAREGROUP_DEMO_KEEP=1).
 
     python examples/demo.py                  # the embedded broker: fast, no JVM broker
     python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs make jars)
+    python examples/demo.py --coordinator delta   # the share group's state in Delta, any Kafka
 """
 
 from __future__ import annotations
@@ -117,12 +118,15 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                         help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
+    parser.add_argument("--coordinator", choices=("broker", "delta"), default="broker",
+                        help="who holds the locks: the broker's share group (default), or a Delta table "
+                             "(executors read the records; no share-group support needed on the broker)")
     args = parser.parse_args(argv)
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop)
     work = Path(tempfile.mkdtemp(prefix="sharegroup-demo-"))
     try:
-        run(args.kafka, work, stop)
+        run(args.kafka, args.coordinator, work, stop)
     finally:
         if os.environ.get("SHAREGROUP_DEMO_KEEP") == "1":
             print(f"kept {work}")
@@ -132,21 +136,24 @@ def main(argv: list[str] | None = None) -> None:
         print("stopped by Ctrl-C")
 
 
-def run(kafka: str, work: Path, stop: StopRequest) -> None:
+def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> None:
     """The demo in ``work``: until every order is acknowledged, the time limit, or Ctrl-C."""
+    coordinator = {"coordinator": coordinator_kind}
+    if coordinator_kind == "delta":
+        coordinator |= {"groupLocation": str(work / "group"), "share.auto.offset.reset": "earliest"}
     state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
     produced = threading.Event()
     with share_group_broker(kafka) as servers:
         if stop.requested:
             return
-        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP}; output in {work}")
+        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP} (coordinator={coordinator_kind}); output in {work}")
         spark = spark_session()
         signal.signal(signal.SIGINT, stop)  # the SparkContext put its own handler in: it raises KeyboardInterrupt
         orders = (spark.readStream.format("sharegroup")
                   .option("kafka.bootstrap.servers", servers)
                   .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
                   .option("stateLocation", str(state)).option("maxRecordsPerTrigger", 2_000)
-                  .load())
+                  .options(**coordinator).load())
         writer = DeltaBatchWriter(sink, app_id="demo-orders")
         use_delta_spark = has_delta_spark(spark)
 
@@ -184,7 +191,7 @@ def summarize(spark: SparkSession, state: Path, sink: Path, seconds: float) -> N
     store = StateStore(str(state))
     statuses: dict[str, int] = {}
     for entry in store.ledger.entries(GROUP):
-        statuses[entry.status] = statuses.get(entry.status, 0) + entry.record_count
+        statuses[entry.status.value] = statuses.get(entry.status.value, 0) + entry.record_count
     table = DeltaTable(str(sink)).to_pyarrow_table(columns=["key"]) if (sink / "_delta_log").exists() else None
     rows = table.num_rows if table is not None else 0
     distinct = len(set(table.column("key").to_pylist())) if table is not None else 0

@@ -3,7 +3,8 @@
 ``register(spark)`` registers the format on a session that started before the package was
 installed (``%pip install`` into a running Databricks session: Spark looks for ``pyspark_*``
 modules once per session, so it never sees a later install) or where it is only on ``sys.path``;
-``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch.
+``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch;
+``DeltaShareConsumer(config)`` lets a plain Python worker share a ``coordinator=delta`` queue with queries.
 The connector's exceptions (``sharegroup_source.errors``) are importable from here.
 """
 
@@ -24,8 +25,10 @@ from sharegroup_source.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ClusterError", "DataLossError", "FencedError", "OptionError", "OutcomeError", "StateMismatchError",
-           "StateStoreError", "acknowledge", "register"]
+    from sharegroup_source.coordinators.delta import DeltaShareConsumer
+
+__all__ = ["ClusterError", "DataLossError", "DeltaShareConsumer", "FencedError", "OptionError", "OutcomeError",
+           "StateMismatchError", "StateStoreError", "acknowledge", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -55,4 +58,8 @@ def __getattr__(name: str) -> Any:
         from sharegroup_source.outcomes import acknowledge
 
         return acknowledge
+    if name == "DeltaShareConsumer":
+        from sharegroup_source.coordinators.delta import DeltaShareConsumer
+
+        return DeltaShareConsumer
     raise AttributeError(f"module 'sharegroup_source' has no attribute {name!r}")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import pyarrow as pa
 
-from sharegroup_source.acks import Ack, AckType
+from sharegroup_source.acks import Ack, AckType, record_keys
 from sharegroup_source.coordinators import Coordinator
+from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import EpochStatus, FencedError, LedgerEntry, SourceCounters, StateStore
 
 __all__ = ["Acknowledger"]
@@ -31,12 +32,15 @@ class Acknowledger:
     """Turns committed epochs and recorded decisions into acknowledgements, and counts what took."""
 
     def __init__(self, coordinator: Coordinator, store: StateStore, group_id: str, counters: SourceCounters,
-                 lock_duration_ms: int):
+                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table]):
+        """``lock_duration_ms`` None: locks are renewed, so a slow batch earns no warning. ``read_back``
+        reads the records at some positions from the log, for dead letters of records the driver never held."""
         self._coordinator = coordinator
         self._store = store
         self._group_id = group_id
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
+        self._read_back = read_back
 
     def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> dict[int, int]:
         """Acknowledge committed epochs this run holds; returns per epoch how many of its records'
@@ -53,9 +57,10 @@ class Acknowledger:
                                                                         (AckType.ACCEPT, None))[0]))
                 for entry in entries for r in entry.ranges for offset in r.offsets()]
         rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == AckType.REJECT}
-        for entry in entries:
-            if rejected and entry.epoch in payloads:
-                self.dead_letter(payloads[entry.epoch], rejected)
+        if rejected:
+            for entry in entries:
+                self.dead_letter(payloads[entry.epoch] if entry.epoch in payloads else _positions(entry, rejected),
+                                 rejected)
         failed = self.send(acks)
         unacknowledged = {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
                           for entry in entries}
@@ -65,22 +70,24 @@ class Acknowledger:
         return unacknowledged
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
-        """Keep the rows of ``records`` (output schema, with headers) that ``reasons`` names, under this group.
+        """Keep the rows of ``records`` (output schema with headers, or positions only) that ``reasons``
+        names, under this group; positions are read back from the log (a gap there has no record to keep).
 
         The group id is part of the dead letter's key: queries sharing a ``deadLetterLocation``
         each keep their row for a record both rejected.
         """
-        keys = list(zip(records.column("topic").to_pylist(), records.column("partition").to_pylist(),
-                        records.column("offset").to_pylist(), strict=True))
-        rows = records.filter(pa.array([key in reasons for key in keys]))
+        rows = records.filter(pa.array([key in reasons for key in record_keys(records)], pa.bool_()))
+        if rows.num_rows and not has_payload(rows):
+            rows = self._read_back(rows)
         if rows.num_rows == 0:
             return
+        keys = record_keys(rows)
         now_ms = int(time.time() * 1000)
         self._store.dead_letters.append(pa.table({
             "key": rows.column("key"), "value": rows.column("value"), "headers": rows.column("headers"),
             "topic": rows.column("topic"), "partition": rows.column("partition"), "offset": rows.column("offset"),
             "delivery_count": rows.column("deliveryCount"),
-            "reason": [reasons[key] for key in keys if key in reasons],
+            "reason": [reasons[key] for key in keys],
             "time": pa.array([now_ms] * rows.num_rows, pa.int64()),
             "group_id": pa.array([self._group_id] * rows.num_rows, pa.string()),
         }))
@@ -118,6 +125,8 @@ class Acknowledger:
             self._store.ledger.set_status(self._group_id, [e for e, s in statuses.items() if s == status], status)
 
     def _warn_on_lock_headroom(self, entry: LedgerEntry) -> None:
+        if self._lock_duration_ms is None:
+            return
         used_ms = time.time() * 1000 - entry.acquired_at_ms
         headroom = int(self._lock_duration_ms - used_ms)
         previous = self._counters.min_lock_headroom_ms
@@ -127,3 +136,12 @@ class Acknowledger:
                         "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
                         "option checkpointLocation so that acknowledgements do not wait for the next trigger",
                         entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)
+
+
+def _positions(entry: LedgerEntry, wanted: Mapping[tuple[str, int, int], object]) -> pa.Table:
+    """The positions of ``entry``'s records that ``wanted`` names, with their delivery counts."""
+    rows = [{"topic": r.topic, "partition": r.partition, "offset": offset, "deliveryCount": count}
+            for r in entry.ranges if any(k[:2] == (r.topic, r.partition) for k in wanted)
+            for offset, count in zip(r.offsets(), r.delivery_counts, strict=True)
+            if (r.topic, r.partition, offset) in wanted]
+    return pa.Table.from_pylist(rows, schema=POSITIONS)

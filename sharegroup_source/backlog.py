@@ -36,7 +36,7 @@ def epoch_size(records: pa.Table, limit: int | None, max_bytes: int | None) -> i
 class Backlog:
     """Acquired records (an output table) not yet in an epoch, with when they were acquired."""
 
-    def __init__(self, lock_duration_ms: int):
+    def __init__(self, lock_duration_ms: int | None):
         self._records = NO_RECORDS
         self._lock_duration_ms = lock_duration_ms
         self.acquired_at_ms = 0
@@ -52,6 +52,8 @@ class Backlog:
 
     def fresh(self, now_ms: int | None = None) -> bool:
         """Still well inside the lock: safe to emit in a batch."""
+        if self._lock_duration_ms is None:  # renewed while the member lives
+            return True
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return now_ms - self.acquired_at_ms < self._lock_duration_ms / 2
 

@@ -112,6 +112,8 @@ def check_source_locations(options: SourceOptions) -> None:
     check_location("stateLocation", options.state_location, options.storage_options)
     if options.dead_letter_location is not None:
         check_location("deadLetterLocation", options.dead_letter_location, options.storage_options)
+    if options.group_location is not None:
+        check_location("groupLocation", options.group_location, options.storage_options)
 
 
 def _check_local(option: str, shown: str, path: str) -> None:

@@ -11,6 +11,7 @@ committed before it releases the rest.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -31,9 +32,10 @@ from sharegroup_source.locations import check_source_locations
 from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
-from sharegroup_source.schema import NO_RECORDS, row_bytes, to_ipc
+from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
+from sharegroup_source.schema import NO_RECORDS, has_payload, row_bytes, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
 __all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions"]
 
@@ -66,9 +68,10 @@ class MicroBatchDriver:
         self._published: dict[str, int | None] = {}
         # joins once the previous run's member has left: that run's stop writes its releases to the ledger
         self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
-        self._acks = Acknowledger(self._coordinator, self.store, self._group_id, self.counters,
-                                  options.lock_duration_ms)
-        self._backlog = Backlog(options.lock_duration_ms)
+        lock_duration_ms = self._coordinator.lock_duration_ms
+        self._acks = Acknowledger(self._coordinator, self.store, self._group_id, self.counters, lock_duration_ms,
+                                  functools.partial(read_back, client_config=options.replay_config))
+        self._backlog = Backlog(lock_duration_ms)
         self._available_now: dict[tuple[str, int], int] | None = None
         # an AvailableNow run saw a record past its target: polling again would re-acquire the
         # records it gave back, spending a delivery attempt each time, so the run ends instead
@@ -123,7 +126,9 @@ class MicroBatchDriver:
     def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
         with self._lock:
             try:
-                return self._latest_offset(EpochOffset.of(start), max_records).json()
+                offset = self._latest_offset(EpochOffset.of(start), max_records).json()
+                self._dead_letter_archived()
+                return offset
             finally:
                 self._publish_counters()
 
@@ -155,9 +160,10 @@ class MicroBatchDriver:
             raise
         self._released.pop(next_epoch, None)
         self._held[next_epoch] = entry
-        # headers are kept even when not emitted: a rejected record's dead letter needs them
-        self._payload[next_epoch] = fresh.set_column(fresh.schema.get_field_index("epoch"), "epoch",
-                                                     pa.array([next_epoch] * fresh.num_rows, pa.int64()))
+        if has_payload(fresh):  # else the executors read the records themselves
+            # headers are kept even when not emitted: a rejected record's dead letter needs them
+            self._payload[next_epoch] = fresh.set_column(fresh.schema.get_field_index("epoch"), "epoch",
+                                                         pa.array([next_epoch] * fresh.num_rows, pa.int64()))
         self._emitted.add(entry)
         self.counters.acquired += fresh.num_rows
         self.counters.epochs += 1
@@ -197,6 +203,10 @@ class MicroBatchDriver:
                 partitions += payload_partitions(epoch, self._payload[epoch], self._options)
                 emitted.append(epoch)
                 continue
+            if epoch in self._held:  # acquired by position: read from the log
+                partitions += replay_partitions(self._held[epoch], self._options)
+                emitted.append(epoch)
+                continue
             entry = self.store.ledger.get(self._group_id, epoch)
             if entry is None:
                 raise StateMismatchError(
@@ -218,6 +228,7 @@ class MicroBatchDriver:
         with self._lock:
             try:
                 self.settle_through(epoch)
+                self._dead_letter_archived()
             finally:
                 self._publish_counters()
 
@@ -266,8 +277,11 @@ class MicroBatchDriver:
             self._held.clear()
             self._payload.clear()
         finally:
-            self._coordinator.close()
-            self._publish_counters(left=True)
+            try:
+                self._coordinator.close()
+                self._dead_letter_archived()  # a RELEASE at the limit archives
+            finally:
+                self._publish_counters(left=True)
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""
@@ -354,6 +368,12 @@ class MicroBatchDriver:
             self._backlog.keep(admitted_records.slice(cut), acquired_at_ms)
         return admitted_records.slice(0, cut)
 
+    def _dead_letter_archived(self) -> None:
+        """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept."""
+        archived = self._coordinator.archived()
+        if archived.num_rows:
+            self._acks.dead_letter(archived, dict.fromkeys(record_keys(archived), DELIVERY_LIMIT_REASON))
+
     def _came_back(self, epochs: Sequence[int]) -> None:
         """Redeliveries settled: an epoch none of whose records can come back any more is done."""
         done = [epoch for epoch in epochs if self._emitted.came_back(epoch)]
@@ -373,8 +393,9 @@ class MicroBatchDriver:
         return key[2] >= self._available_now.get(key[:2], 0)
 
     def _ledger_entry(self, epoch: int, records: pa.Table, acquired_at_ms: int) -> LedgerEntry:
+        lock_ms = self._coordinator.lock_duration_ms  # None: renewed while the member lives
         return LedgerEntry(self._group_id, epoch, offset_ranges(records), self._run_id, acquired_at_ms,
-                           acquired_at_ms + self._options.lock_duration_ms, EpochStatus.ACQUIRED)
+                           None if lock_ms is None else acquired_at_ms + lock_ms, EpochStatus.ACQUIRED)
 
 
 def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:

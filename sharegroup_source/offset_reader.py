@@ -25,6 +25,8 @@ REPLAY_GROUP_ID = "sharegroup-replay"
 #: stable offset before records of an open transaction that the group already delivered.
 SHARE_GROUP_ISOLATION = "read_uncommitted"
 
+#: Records taken from the client per call: one Python call per fetch, not per record.
+_CONSUME_BATCH = 10_000
 #: A leader that moves, a node that is down or a request cut off with its connection: retried until the deadline.
 _TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
               KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER, KafkaError.LEADER_NOT_AVAILABLE,
@@ -33,10 +35,13 @@ _TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._
 
 @dataclass
 class RangeResult:
-    """Records found for the requested offsets, plus the ones the log no longer holds."""
+    """Records found for the requested offsets, the ones the log no longer holds (below its start, or
+    past its end: data loss), and gaps: offsets inside the log that hold no record (compaction,
+    transaction markers), which is how the log is, not a loss, as for Spark's Kafka source."""
 
     records: list[Message] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
+    gaps: list[int] = field(default_factory=list)
 
 
 class OffsetRangeReader:
@@ -63,8 +68,7 @@ class OffsetRangeReader:
         result.missing = [o for o in wanted if o < low or o >= high]
         present = [o for o in wanted if low <= o < high]
         if present:
-            result.records, absent = self._fetch(topic, partition, present, deadline)
-            result.missing = sorted(result.missing + absent)
+            result.records, result.gaps = self._fetch(topic, partition, present, deadline)
         return result
 
     def _watermarks(self, topic: str, partition: int, deadline: float) -> tuple[int, int]:
@@ -93,27 +97,32 @@ class OffsetRangeReader:
                         f"replaying {topic}[{partition}] offsets {wanted[0]}..{last}: "
                         f"{len(remaining)} not read after {self._timeout_s:.0f}s"
                     )
-                message = self._consumer.poll(0.5)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        break  # the first offset left the log while we read
-                    if _transient(error):
-                        continue  # librdkafka reconnects and refetches on its own
-                    raise KafkaException(error)
-                offset = message_key(message)[2]
-                if offset in remaining:
-                    remaining.discard(offset)
-                    found.append(message)
-                if offset >= last:
+                if self._take(self._consumer.consume(min(len(remaining), _CONSUME_BATCH), 0.5), remaining, found, last):
                     break
         finally:
             self._consumer.unassign()
         return found, sorted(remaining)
+
+    @staticmethod
+    def _take(messages: list[Message], remaining: set[int], found: list[Message], last: int) -> bool:
+        """Keep the wanted records of one fetch; whether the read is over (past ``last``, or the log's end)."""
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return True
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    return True  # the first offset left the log while we read
+                if _transient(error):
+                    continue  # librdkafka reconnects and refetches on its own
+                raise KafkaException(error)
+            offset = message_key(message)[2]
+            if offset in remaining:
+                remaining.discard(offset)
+                found.append(message)
+            if offset >= last:
+                return True
+        return False
 
     def close(self) -> None:
         self._consumer.close()
@@ -134,6 +143,10 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {
         "isolation.level": SHARE_GROUP_ISOLATION,
+        # a reader assigns anew for each read, and the new position's first fetch waits for the previous
+        # one, a long poll at the log end: each read but the first took 500 ms (the default). A read stops
+        # at the log end, so long polls gain nothing here.
+        "fetch.wait.max.ms": 10,
         **config,
         "group.id": REPLAY_GROUP_ID,
         "enable.auto.commit": False,

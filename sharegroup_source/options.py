@@ -23,12 +23,23 @@ from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_loca
 __all__ = ["SourceOptions", "StateOptions"]
 
 COORDINATORS = ("broker", "delta")
+#: The Delta coordinator's group settings (KIP-932's group configs, kept in the group's own state;
+#: the last is latest or earliest, the others positive integers). With the broker coordinator the broker owns them.
+GROUP_SETTINGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
+                  "share.partition.max.record.locks", "share.auto.offset.reset")
+_AUTO_OFFSET_RESETS = ("latest", "earliest")
+#: Options the Delta coordinator has no use for, and what to use instead.
+_NOT_WITH_DELTA = {
+    "lockdurationms": "the group's lock duration is the option share.record.lock.duration.ms",
+    "maxbytespertrigger": "executors read the records, so the driver does not see their size; "
+                          "use maxRecordsPerTrigger",
+}
 _KAFKA_PREFIX = "kafka."
 _STORAGE_PREFIX = "statestorage."
 _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
                "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition", "includeHeaders",
                "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator", "pollTimeoutMs",
-               "lockDurationMs", "checkpointLocation", "kafka.*", "stateStorage.*")
+               "lockDurationMs", "checkpointLocation", "groupLocation", *GROUP_SETTINGS, "kafka.*", "stateStorage.*")
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
@@ -82,6 +93,10 @@ class SourceOptions:
     lock_duration_ms: int = 30_000
     #: the query's own checkpoint: acknowledgements follow its commit log, not the next trigger
     checkpoint_location: str | None = None
+    #: coordinator=delta: the group's Delta state, shared by every member of the group
+    group_location: str | None = None
+    #: coordinator=delta: the group settings this member set (GROUP_SETTINGS), checked against the group's
+    group_settings: Mapping[str, int | str] = field(default_factory=dict)
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: delta-rs storage options for stateLocation and deadLetterLocation (``stateStorage.*``)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -110,9 +125,7 @@ class SourceOptions:
         coordinator = lowered.get("coordinator", "broker").strip().lower()
         if coordinator not in COORDINATORS:
             raise OptionError(f"option 'coordinator' must be one of {COORDINATORS}, got {coordinator!r}")
-        if coordinator == "delta":
-            raise OptionError("option 'coordinator'='delta' is not available yet; use 'broker' "
-                              "(a Kafka 4.2+ cluster with share groups enabled)")
+        group_location, group_settings = _coordinator_options(coordinator, lowered, kafka)
         parsed = cls(
             bootstrap_servers=bootstrap,
             group_id=state.group_id,
@@ -130,11 +143,14 @@ class SourceOptions:
             poll_timeout_ms=_positive(lowered, "pollTimeoutMs", 1_000, maximum=_POLL_TIMEOUT_MAX_MS),
             lock_duration_ms=_positive(lowered, "lockDurationMs", 30_000),
             checkpoint_location=_optional_location(lowered, "checkpointLocation"),
+            group_location=group_location,
+            group_settings=group_settings,
             kafka=kafka,
             storage_options=state.storage_options,
         )
         # load() parses: a kafka.* value the clients would refuse fails there, not at start()
-        _check_kafka(parsed.client_config, parsed.replay_config, parsed.max_poll_records)
+        _check_kafka(parsed.client_config, parsed.replay_config, parsed.max_poll_records,
+                     share_consumer=coordinator == "broker")
         return parsed
 
     @property
@@ -148,6 +164,11 @@ class SourceOptions:
         """The replay reader's configuration: it must read what the share group delivered, so
         ``isolation.level`` is read_uncommitted (the group default) unless the user set it."""
         return {**self.client_config, "isolation.level": self.kafka.get("isolation.level", SHARE_GROUP_ISOLATION)}
+
+    @property
+    def group_location_shown(self) -> str | None:
+        """``groupLocation`` as errors and logs may print it."""
+        return None if self.group_location is None else redact_location(self.group_location)
 
     @property
     def state_location_shown(self) -> str:
@@ -167,8 +188,45 @@ class SourceOptions:
         shown = redact({f"kafka.{k}": v for k, v in self.kafka.items()})
         dead_letters = f"deadLetterLocation={self.dead_letter_location_shown}, " if self.dead_letter_location else ""
         storage = f"stateStorage={sorted(self.storage_options)} (values redacted), " if self.storage_options else ""
+        group = f"groupLocation={self.group_location_shown}, " if self.group_location else ""
         return (f"SourceOptions(subscribe={','.join(self.topics)}, stateLocation={self.state_location_shown}, "
-                f"{dead_letters}{storage}coordinator={self.coordinator}, kafka={shown})")
+                f"{dead_letters}{storage}coordinator={self.coordinator}, {group}kafka={shown})")
+
+
+def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Mapping[str, str],
+                         ) -> tuple[str | None, dict[str, int | str]]:
+    """``groupLocation`` and the group settings: the Delta coordinator's, refused with the broker's,
+    whose group configs live on the broker (``kafka-configs --entity-type groups``)."""
+    given = [name for name in ("groupLocation", *GROUP_SETTINGS) if options.get(name.lower()) is not None]
+    if coordinator == "broker":
+        if given:
+            raise OptionError(f"option(s) {', '.join(map(repr, given))} belong to coordinator=delta; with "
+                              "coordinator=broker the share group's settings are broker-side group configs "
+                              "(group.share.record.lock.duration.ms, ...), set with kafka-configs")
+        return None, {}
+    for name, instead in _NOT_WITH_DELTA.items():
+        if options.get(name) is not None:
+            shown = next(o for o in _DOCUMENTED if o.lower() == name)
+            raise OptionError(f"option '{shown}' does not apply with coordinator=delta: {instead}")
+    if any(key.lower() == "auto.offset.reset" for key in kafka):
+        raise OptionError("option 'kafka.auto.offset.reset' does not apply with coordinator=delta: where a new "
+                          "share group starts is the group setting share.auto.offset.reset (latest or earliest)")
+    location = _optional_delta_location(options, "groupLocation")
+    if location is None:
+        raise OptionError("option 'groupLocation' is required with option 'coordinator'='delta': the path or URI "
+                          "of the share group's Delta state, the same for every member of the group")
+    settings: dict[str, int | str] = {}
+    for name in GROUP_SETTINGS[:3]:
+        value = _positive(options, name, None)
+        if value is not None:
+            settings[name] = value
+    reset = options.get("share.auto.offset.reset")
+    if reset is not None:
+        text = str(reset).strip().lower()
+        if text not in _AUTO_OFFSET_RESETS:
+            raise OptionError(f"option 'share.auto.offset.reset' must be latest or earliest, got {reset!r}")
+        settings["share.auto.offset.reset"] = text
+    return location, settings
 
 
 def _storage_options(options: Mapping[str, Any]) -> dict[str, str]:
@@ -269,13 +327,16 @@ _PHRASES = {"SASL mechanism": "sasl.mechanism"}
 _QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
 
 
-def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int) -> None:
-    """Build the share consumer and the replay consumer the source will build, without brokers,
-    and close them: librdkafka refuses unknown settings, bad values and bad combinations
-    (missing certificate files included) at creation, before any connection."""
-    share = share_consumer_config(share_config, max_poll_records)
+def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int, *,
+                 share_consumer: bool) -> None:
+    """Build the clients the source will build (a share consumer only for the broker coordinator, and the
+    plain consumer that reads offsets), without brokers, and close them: librdkafka refuses unknown
+    settings, bad values and bad combinations (missing certificate files included) at creation."""
     user = {**share_config, **replay_config}
-    for client, config in ((ShareConsumer, share), (Consumer, replay_consumer_config(replay_config))):
+    clients: list[tuple[Any, Mapping[str, Any]]] = [(Consumer, replay_consumer_config(replay_config))]
+    if share_consumer:
+        clients.insert(0, (ShareConsumer, share_consumer_config(share_config, max_poll_records)))
+    for client, config in clients:
         try:
             client(_without_side_effects(config)).close()
         except (KafkaException, ValueError, TypeError) as error:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from sharegroup_source.acks import record_keys
 from sharegroup_source.errors import DataLossError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
 
-__all__ = ["PayloadPartition", "ReplayPartition", "read_partition"]
+__all__ = ["PayloadPartition", "ReplayPartition", "read_back", "read_partition"]
 
 
 @dataclass
@@ -72,3 +74,19 @@ def _replay(part: ReplayPartition) -> pa.Table:
     counts = {(part.topic, part.partition, o): c for o, c in zip(part.offsets, part.delivery_counts, strict=True)}
     records = sorted(result.records, key=message_key)
     return records_to_arrow(records, part.epoch, part.include_headers, counts)
+
+
+def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table:
+    """The records at ``positions`` (``schema.POSITIONS``), read from the log, as the output table with headers.
+
+    For dead letters of records the driver never held (the Delta coordinator's executors read
+    them): a position the log does not hold has no record to keep and is left out.
+    """
+    counts = dict(zip(record_keys(positions), positions.column("deliveryCount").to_pylist(), strict=True))
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in counts:
+        wanted.setdefault((topic, partition), []).append(offset)
+    with OffsetRangeReader(client_config) as reader:
+        records = [m for (topic, partition), offsets in sorted(wanted.items())
+                   for m in reader.read(topic, partition, offsets).records]
+    return records_to_arrow(sorted(records, key=message_key), 0, include_headers=True, delivery_counts=counts)

@@ -8,22 +8,19 @@ URIs carry credentials too (``user:password@host``, pre-signed query strings).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from state_store.redaction import REDACTED, redact_location
+
 __all__ = ["REDACTED", "is_secret", "redact", "redact_location"]
 
-REDACTED = "*****(redacted)"
 _SECRET_MARKERS = ("password", "secret", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem",
                    "ssl.keystore", "ssl.key", "token", "credential", "api.key")
 #: Every ``stateStorage.*`` option is secret: which delta-rs keys hold credentials depends on the store.
 _SECRET_PREFIXES = ("kafka.sasl.", "sasl.", "statestorage.")
 #: Options whose value is a location: printed with :func:`redact_location`.
 _LOCATION_KEYS = {"statelocation", "deadletterlocation", "checkpointlocation", "grouplocation", "path"}
-#: Azure's ``container@account`` names a container, not a user: kept, as it tells locations apart.
-_CONTAINER_SCHEMES = {"abfs", "abfss", "wasb", "wasbs"}
-_AUTHORITY = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^/?#]*)@")
 
 
 def is_secret(key: str) -> bool:
@@ -43,28 +40,3 @@ def _shown(key: str, value: Any) -> Any:
     if key.lower() in _LOCATION_KEYS and isinstance(value, str):
         return redact_location(value)
     return value
-
-
-def redact_location(uri: str) -> str:
-    """``uri`` as it may be printed: user info, query string and fragment replaced by a marker.
-
-    A query string on a storage location is a pre-signed URL or a SAS token (``sig=``,
-    ``X-Amz-Signature``, ``X-Amz-Credential``) more often than anything harmless, so it is
-    never shown; a user name alone is shown only where it is an Azure container.
-    """
-    shown = _redact_userinfo(uri)
-    for separator in ("?", "#"):
-        head, found, _ = shown.partition(separator)
-        if found:
-            shown = f"{head}{separator}{REDACTED}"
-    return shown
-
-
-def _redact_userinfo(uri: str) -> str:
-    match = _AUTHORITY.match(uri)
-    if match is None:
-        return uri
-    userinfo = match["userinfo"]
-    if ":" not in userinfo and match["scheme"].lower() in _CONTAINER_SCHEMES:
-        return uri
-    return f"{match['scheme']}://{REDACTED}@{uri[match.end():]}"

@@ -22,8 +22,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["NO_RECORDS", "arrow_schema", "from_ipc", "message_key", "records_to_arrow", "row_bytes", "spark_schema",
-           "to_ipc"]
+__all__ = [
+    "NO_RECORDS",
+    "POSITIONS",
+    "arrow_schema",
+    "from_ipc",
+    "has_payload",
+    "message_key",
+    "records_to_arrow",
+    "row_bytes",
+    "spark_schema",
+    "to_ipc",
+]
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
@@ -63,6 +73,16 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 #: An acquisition that brought nothing: the output table with headers, no rows.
 NO_RECORDS = arrow_schema(include_headers=True).empty_table()
+
+#: Records acquired by position only (the Delta coordinator's acquisitions): the executors read the
+#: records themselves, so no payload passes through the driver.
+POSITIONS = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                       ("deliveryCount", pa.int32())])
+
+
+def has_payload(records: pa.Table) -> bool:
+    """Whether an acquisition carries the records themselves, or their positions only."""
+    return "value" in records.column_names
 
 
 def records_to_arrow(

@@ -1,5 +1,5 @@
 """Delta-backed state of a share-group query: ledger, ack decisions, share-partition state, dead letters,
-progress counters.
+progress counters; and of a share group led by Delta (GroupStore: settings, share state, members).
 
 Imports only deltalake, pyarrow and the standard library, so it runs in Spark's driver and
 executor Python workers (which have no SparkSession) and in plain processes alike.
@@ -8,7 +8,8 @@ executor Python workers (which have no SparkSession) and in plain processes alik
 from state_store.dead_letters import DeadLetters
 from state_store.decisions import Decisions
 from state_store.delta_table import Footprint
-from state_store.errors import FencedError, StateStoreError
+from state_store.errors import FencedError, GroupSettingsError, StateStoreError
+from state_store.group import GroupSettings, GroupStore, MemberInfo
 from state_store.ledger import SETTLED, STATUSES, UNSETTLED, EpochStatus, Fence, Ledger, LedgerEntry, OffsetRange
 from state_store.progress import ProgressTable, SourceCounters
 from state_store.share_partition import (
@@ -38,9 +39,13 @@ __all__ = [
     "Fence",
     "FencedError",
     "Footprint",
+    "GroupSettings",
+    "GroupSettingsError",
+    "GroupStore",
     "InvalidRecordStateError",
     "Ledger",
     "LedgerEntry",
+    "MemberInfo",
     "OffsetRange",
     "PersistedBatch",
     "PersistedState",

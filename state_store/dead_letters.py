@@ -28,6 +28,7 @@ change; started again from its checkpoint it reads on, the new rows with their g
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -37,7 +38,11 @@ import pyarrow.compute as pc
 
 from state_store.delta_table import USER_DATA_RETENTION, Snapshot, StateTable, Write
 
-__all__ = ["ADDED_COLUMNS", "DEAD_LETTERS_SCHEMA", "DeadLetters"]
+__all__ = ["ADDED_COLUMNS", "DEAD_LETTERS_SCHEMA", "DELIVERY_LIMIT_REASON", "DeadLetters"]
+
+#: The reason a dead letter gives for a record the group archived at its delivery-count limit,
+#: written alike by a query and by a worker that saw the archive.
+DELIVERY_LIMIT_REASON = "the group's delivery count limit reached"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _TIME = pa.timestamp("us", tz="UTC")
@@ -70,6 +75,16 @@ class DeadLetters:
         """The dead letters table ``root/name``: user-data retention, and tables from earlier versions accepted."""
         return cls(StateTable(root, name, DEAD_LETTERS_SCHEMA, storage_options=storage_options,
                               retention=USER_DATA_RETENTION, added_columns=ADDED_COLUMNS))
+
+    @classmethod
+    def at(cls, location: str, *, storage_options: dict[str, str] | None = None) -> DeadLetters:
+        """The dead letters table whose own location (a path or URI) is ``location``: a ``deadLetterLocation``."""
+        trimmed = location.rstrip("/")
+        if "://" in trimmed:
+            root, _, name = trimmed.rpartition("/")
+        else:
+            root, name = os.path.split(os.path.abspath(trimmed))
+        return cls.open(root, name, storage_options=storage_options)
 
     def append(self, rows: pa.Table | Sequence[dict[str, Any]]) -> None:
         """Add records not yet dead-lettered; ``time`` may be a datetime or epoch milliseconds.

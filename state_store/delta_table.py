@@ -37,8 +37,8 @@ from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
-from sharegroup_source.redaction import redact_location
 from state_store.errors import StateStoreError
+from state_store.redaction import redact_location
 from state_store.storage_errors import storage_problem
 
 __all__ = ["USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot", "StateTable", "Write", "local_path",
@@ -259,6 +259,8 @@ class StateTable:
         self._fs: pafs.FileSystem | None = None
         self._pieces: dict[str, Piece] = {}
         self._own_append: tuple[int, pa.Table] | None = None  # (version, rows) of our last append
+        #: commits this instance re-planned because another writer committed first (``make bench`` reports them)
+        self.lost_races = 0
 
     # -- reading -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -283,6 +285,7 @@ class StateTable:
             try:
                 self._keep_retention(dt)
             except CommitFailedError:
+                self.lost_races += 1
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
             except (DeltaError, OSError) as exc:
@@ -302,6 +305,7 @@ class StateTable:
                     write_deltalake(dt, data, mode="overwrite", predicate=write.predicate, schema_mode=schema_mode,
                                     commit_properties=cas)
             except CommitFailedError:
+                self.lost_races += 1
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # spread out the racers
                 continue
             except (DeltaError, OSError, pa.ArrowException) as exc:

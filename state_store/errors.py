@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FencedError", "StateStoreError"]
+__all__ = ["FencedError", "GroupSettingsError", "StateStoreError"]
 
 
 class StateStoreError(RuntimeError):
@@ -17,4 +17,12 @@ class FencedError(StateStoreError):
 
     Two drivers on one ``stateLocation`` would each acquire and ledger epochs; fencing lets
     only the newest one write, so the older one fails instead of duplicating records.
+    """
+
+
+class GroupSettingsError(StateStoreError):
+    """A member's group settings disagree with the group's, or its group location holds another group.
+
+    Every member of a Delta-coordinated share group must obey the same lock duration, delivery
+    limit and in-flight window, so a member that asks for other values is refused, not obeyed.
     """

@@ -167,7 +167,7 @@ class LedgerEntry:
     ranges: tuple[OffsetRange, ...]
     member_id: str
     acquired_at_ms: int
-    lock_deadline_ms: int
+    lock_deadline_ms: int | None  # None: the coordinator renews its locks while its member lives
     status: EpochStatus
 
     def __post_init__(self) -> None:

@@ -127,6 +127,7 @@ class SharePartition:
         self.config = config or ShareConfig()
         self._spso = spso
         self._batches: list[StateBatch] = []
+        self._archived_at_limit: list[StateBatch] = []
         expected = spso
         for batch in sorted(batches, key=lambda b: b.first):
             if batch.first < expected or batch.last < batch.first:
@@ -171,6 +172,33 @@ class SharePartition:
             return StateBatch(offset, offset, RecordState.AVAILABLE, 0)
         return replace(self._batches[self._index_of(offset)], first=offset, last=offset)
 
+    def count(self, *states: RecordState, start: int | None = None) -> int:
+        """In-flight records in any of ``states`` at offsets from ``start`` (default the SPSO) to the SPEO.
+
+        What describing a group reports: the four counts sum to SPEO - SPSO. ``start`` leaves out
+        offsets the log no longer holds (retention moved the log start past the SPSO).
+        """
+        low = self._spso if start is None else start
+        return sum(b.last - max(b.first, low) + 1 for b in self._batches if b.state in states and b.last >= low)
+
+    def holders(self) -> dict[str, int]:
+        """Records each member holds Acquired, by member id; call ``expire_locks`` first for the live locks only."""
+        held: dict[str, int] = {}
+        for b in self._batches:
+            if b.state is RecordState.ACQUIRED and b.member_id is not None:
+                held[b.member_id] = held.get(b.member_id, 0) + b.last - b.first + 1
+        return held
+
+    def archived_at_limit(self) -> list[AcquiredRecords]:
+        """Ranges this instance archived because their delivery count reached the limit.
+
+        The group, not a member, archives these, so nobody else would dead-letter them; REJECTs
+        are left out because the member that rejected already did. The list covers this
+        instance's life only: a compare-and-swap retry rebuilds the instance from the row it
+        re-read, so what it reports is exactly what the winning commit archived.
+        """
+        return _runs(self._archived_at_limit)
+
     def persisted(self) -> PersistedState:
         """KIP-932's durable form: Acquired is transient, so it persists as Available with its count."""
         out: list[PersistedBatch] = []
@@ -209,7 +237,7 @@ class SharePartition:
             if batch.state is not RecordState.AVAILABLE:
                 continue
             if batch.delivery_count >= self.config.delivery_attempt_limit:
-                self._put(replace(batch, state=RecordState.ARCHIVED))
+                self._put(self._archive_at_limit(batch))
                 continue
             budget = self._take(batch.first, batch.last, batch.delivery_count, missing, member_id, deadline,
                                 budget, taken)
@@ -246,6 +274,40 @@ class SharePartition:
         self._normalize()
         return sum(b.last - b.first + 1 for b in held)
 
+    def renew_member(self, member_id: str, now_ms: int) -> int:
+        """Extend every live lock ``member_id`` holds to a full lock duration from ``now_ms`` (KIP-1222
+        RENEW); returns the record count renewed.
+
+        Locks that already ended are released first, as everywhere else: a renewal cannot bring back
+        a lock another member may since have taken over.
+        """
+        self.expire_locks(now_ms)
+        deadline = now_ms + self.config.lock_duration_ms
+        held = [b for b in self._batches if b.state is RecordState.ACQUIRED and b.member_id == member_id]
+        for b in held:
+            self._put(replace(b, lock_deadline_ms=deadline))
+        self._normalize()
+        return sum(b.last - b.first + 1 for b in held)
+
+    def reset(self, offset: int) -> int:
+        """Start the share-partition afresh at ``offset`` (KIP-932's alterShareGroupOffsets); returns the
+        in-flight record count whose state and delivery counts were discarded.
+
+        SPSO and SPEO become ``offset``: records from there on are Available, never delivered, and
+        everything below is Archived. Refused with InvalidRecordStateError while any record is
+        Acquired (call ``expire_locks`` first): a member holding records would settle them against
+        state that no longer exists, which is why KIP-932 resets only an empty group.
+        """
+        if offset < 0:
+            raise ValueError(f"a share-partition cannot start at a negative offset, got {offset}")
+        held = self.holders()
+        if held:
+            raise InvalidRecordStateError(f"cannot reset to offset {offset}: records are Acquired by "
+                                          f"{', '.join(sorted(held))}")
+        discarded = self.speo - self._spso
+        self._spso, self._batches = offset, []
+        return discarded
+
     def expire_locks(self, now_ms: int) -> int:
         """Release every record whose lock deadline is at or before ``now_ms``; returns the record count."""
         expired = [b for b in self._batches
@@ -263,11 +325,19 @@ class SharePartition:
     def _settle(self, batch: StateBatch, ack: AckType) -> StateBatch:
         if ack is AckType.ACCEPT:
             state = RecordState.ACKNOWLEDGED
-        elif ack is AckType.REJECT or batch.delivery_count >= self.config.delivery_attempt_limit:
+        elif ack is AckType.REJECT:
             state = RecordState.ARCHIVED
+        elif batch.delivery_count >= self.config.delivery_attempt_limit:
+            return self._archive_at_limit(batch)
         else:
             state = RecordState.AVAILABLE
         return StateBatch(batch.first, batch.last, state, batch.delivery_count)
+
+    def _archive_at_limit(self, batch: StateBatch) -> StateBatch:
+        """Archive ``batch`` for having reached the delivery-count limit, and remember it for the report."""
+        archived = StateBatch(batch.first, batch.last, RecordState.ARCHIVED, batch.delivery_count)
+        self._archived_at_limit.append(archived)
+        return archived
 
     def _take(self, first: int, last: int, delivery_count: int, missing: list[int], member_id: str,
               deadline: int, budget: int, taken: list[StateBatch]) -> int:

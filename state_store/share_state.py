@@ -11,7 +11,7 @@ Everything below the SPSO is dropped from the row, so it stays as small as the i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +31,8 @@ from state_store.share_partition import (
 __all__ = ["SHARE_STATE_SCHEMA", "Acquisition", "ShareStateTable"]
 
 T = TypeVar("T")
+#: A share-partition's key: (topic, partition).
+Key = tuple[str, int]
 
 _BATCH = pa.struct([
     pa.field("first_offset", pa.int64()),
@@ -79,13 +81,17 @@ class ShareStateTable:
     def save(self, topic: str, partition: int, state: PersistedState) -> None:
         """Replace the share-partition's row with ``state`` (last write wins)."""
         sp = SharePartition.from_persisted(state, self.config)
-        self.table.commit(lambda snapshot: _write(snapshot, topic, partition, sp))
+        self.table.commit(lambda snapshot: _write_all(snapshot, {(topic, partition): sp}, _latest(snapshot)))
 
     # -- Delta coordinator: compare-and-swap transitions --------------------------------------
     def partition(self, topic: str, partition: int) -> SharePartition | None:
         """The full in-flight state, locks included, or None if the share-partition has no row yet."""
-        row = _find(self.table.snapshot(), topic, partition)
+        row = _latest(self.table.snapshot()).get((topic, partition))
         return None if row is None else _from_row(row, self.config)
+
+    def partitions(self) -> dict[Key, SharePartition]:
+        """Every share-partition with a row, locks included: a read, changes to them are not saved."""
+        return {key: _from_row(row, self.config) for key, row in _latest(self.table.snapshot()).items()}
 
     def acquire(self, topic: str, partition: int, member_id: str, max_records: int, now_ms: int,
                 log_end_offset: int, gaps: Iterable[int] = (), log_start_offset: int = 0) -> Acquisition:
@@ -122,34 +128,112 @@ class ShareStateTable:
 
         def plan(snapshot: Snapshot) -> Write | None:
             outcome.clear()
-            row = _find(snapshot, topic, partition)
+            rows = _latest(snapshot)
+            row = rows.get((topic, partition))
             sp = _from_row(row, self.config) if row is not None else SharePartition(initial_spso, self.config)
             before = (sp.spso, sp.batches)
             outcome.append(change(sp))
             if row is not None and (sp.spso, sp.batches) == before:
                 return None
-            return _write(snapshot, topic, partition, sp)
+            return _write_all(snapshot, {(topic, partition): sp}, rows)
 
         version = self.table.commit(plan)
         return outcome[0], version
+
+    def update_all(self, change: Callable[[dict[Key, SharePartition]], T],
+                   initial_spso: Mapping[Key, int]) -> tuple[T, int | None]:
+        """Apply ``change`` to every share-partition of the group and commit them all in ONE commit.
+
+        One commit per micro-batch instead of one per partition: a query subscribed to many
+        partitions would otherwise pay a commit, and a chance to lose a race, per partition.
+        ``change`` gets a SharePartition per row, plus one at ``initial_spso[key]`` for each key
+        there that has no row yet; adding or removing keys of the dict has no effect. Like
+        ``update``, it runs again on a fresh read whenever another writer committed first.
+
+        The commit holds the rows that changed, and the rows of new share-partitions even if
+        unchanged, as a new share-partition's SPSO (auto.offset.reset=latest: the log end at
+        first sight) must stay where it was first set. Returns ``change``'s result and the
+        committed version, None when nothing was written.
+        """
+        outcome: list[T] = []
+
+        def plan(snapshot: Snapshot) -> Write | None:
+            outcome.clear()
+            rows = _latest(snapshot)
+            partitions = {key: _from_row(row, self.config) for key, row in rows.items()}
+            before = {key: (sp.spso, sp.batches) for key, sp in partitions.items()}
+            for key, spso in initial_spso.items():
+                partitions.setdefault(key, SharePartition(spso, self.config))
+            outcome.append(change(dict(partitions)))
+            written = {key: sp for key, sp in partitions.items() if before.get(key) != (sp.spso, sp.batches)}
+            return _write_all(snapshot, written, rows)
+
+        version = self.table.commit(plan)
+        return outcome[0], version
+
+    def remove_topic(self, topic: str, check: Callable[[Mapping[Key, SharePartition]], None] | None = None,
+                     ) -> tuple[list[int], int | None]:
+        """Delete every share-partition row of ``topic`` in one compare-and-swap commit (KIP-932's
+        deleteShareGroupOffsets): the group forgets where it was in the topic.
+
+        ``check`` sees every share-partition of the group, locks included, on the version the
+        delete is planned on, and raises to refuse it: a refusal that looked at an older read could
+        let a member that acquired meanwhile lose its records' state. Returns the partitions
+        removed and the committed version (None when the group had no state for ``topic``).
+        """
+        removed: list[int] = []
+
+        def plan(snapshot: Snapshot) -> Write | None:
+            rows = _latest(snapshot)
+            if check is not None:
+                check({key: _from_row(row, self.config) for key, row in rows.items()})
+            removed[:] = sorted(partition for name, partition in rows if name == topic)
+            if not removed:
+                return None
+            return Write(SHARE_STATE_SCHEMA.empty_table(), mode="overwrite", predicate=_topic_is(topic))
+
+        version = self.table.commit(plan)
+        return list(removed), version
 
     def maintain(self) -> None:
         self.table.maintain()
 
 
-def _find(snapshot: Snapshot, topic: str, partition: int) -> dict[str, Any] | None:
-    rows = [r for r in snapshot.rows() if r["topic"] == topic and r["partition"] == partition]
-    return max(rows, key=lambda r: r["commit_version"]) if rows else None
+def _latest(snapshot: Snapshot) -> dict[Key, dict[str, Any]]:
+    """Each share-partition's row (the latest, should a table hold more than one)."""
+    rows: dict[Key, dict[str, Any]] = {}
+    for row in sorted(snapshot.rows(), key=lambda r: r["commit_version"]):
+        rows[(row["topic"], row["partition"])] = row
+    return rows
 
 
-def _write(snapshot: Snapshot, topic: str, partition: int, sp: SharePartition) -> Write:
-    """The share-partition's new row: appended if it is the first, else replacing the old one."""
-    row = _to_row(topic, partition, sp, snapshot.next_version)
-    data = pa.Table.from_pylist([row], schema=SHARE_STATE_SCHEMA)
-    if _find(snapshot, topic, partition) is None:
+def _write_all(snapshot: Snapshot, written: Mapping[Key, SharePartition], existing: Container[Key]) -> Write | None:
+    """Rows of ``written`` in one write: appended when none is in ``existing``, else replacing exactly
+    their old rows.
+
+    The overwrite's predicate names every written share-partition, new ones included, because
+    delta-rs requires the rows an overwrite writes to match its predicate.
+    """
+    if not written:
+        return None
+    keys = sorted(written)
+    data = pa.Table.from_pylist([_to_row(topic, partition, written[topic, partition], snapshot.next_version)
+                                 for topic, partition in keys], schema=SHARE_STATE_SCHEMA)
+    if not any(key in existing for key in written):
         return Write(data)
+    predicate = " OR ".join(f"({_matches(topic, partition)})" for topic, partition in keys)
+    return Write(data, mode="overwrite", predicate=predicate)
+
+
+def _matches(topic: str, partition: int) -> str:
+    """The predicate selecting one share-partition's row."""
+    return f"{_topic_is(topic)} AND partition = {int(partition)}"
+
+
+def _topic_is(topic: str) -> str:
+    """The predicate selecting a topic's rows; the topic quoted as a SQL string."""
     quoted = topic.replace("'", "''")
-    return Write(data, mode="overwrite", predicate=f"topic = '{quoted}' AND partition = {int(partition)}")
+    return f"topic = '{quoted}'"
 
 
 def _from_row(row: dict[str, Any], config: ShareConfig) -> SharePartition:

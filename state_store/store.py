@@ -64,8 +64,9 @@ class StateStore:
         self.decisions = Decisions(table("decisions", DECISIONS_SCHEMA))
         self.share_state = ShareStateTable(table("share_state", SHARE_STATE_SCHEMA),
                                            share_config or ShareConfig())
-        root, name = _split(dead_letter_location) if dead_letter_location else (self.location, "dead_letters")
-        self.dead_letters = DeadLetters.open(root, name, storage_options=storage_options)
+        self.dead_letters = (DeadLetters.at(dead_letter_location, storage_options=storage_options)
+                             if dead_letter_location else
+                             DeadLetters.open(self.location, "dead_letters", storage_options=storage_options))
         self.progress = ProgressTable(table("progress", PROGRESS_SCHEMA))
 
     def maintain(self, ledger_keep_epochs: int = 10_000) -> dict[str, Footprint]:
@@ -91,12 +92,3 @@ class StateStore:
                   self.progress.table)
         return {t.name: t.footprint() for t in tables}
 
-
-def _split(location: str) -> tuple[str, str]:
-    """A table location as (root, name), for a path or a URI."""
-    trimmed = location.rstrip("/")
-    if "://" in trimmed:
-        root, _, name = trimmed.rpartition("/")
-        return root, name
-    path = os.path.abspath(trimmed)
-    return os.path.dirname(path), os.path.basename(path)

@@ -34,8 +34,9 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     store.ledger.write_epoch(entry)
     counters = SourceCounters()
     client = _Answering(answered={("t", 0)})
-    coordinator = BrokerCoordinator(client, "run")  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
-    unacknowledged = Acknowledger(coordinator, store, "q", counters, 30_000).settle([entry], {})
+    coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
+    no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
+    unacknowledged = Acknowledger(coordinator, store, "q", counters, 30_000, no_read).settle([entry], {})
     assert len(client.staged) == 15
     assert unacknowledged == {1: 5}
     assert store.ledger.get("q", 1).status == "ACK_FAILED"

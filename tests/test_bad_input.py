@@ -183,7 +183,11 @@ def _boolean(value: str) -> bool:
 
 
 def _coordinator(value: str) -> bool:
-    return value.strip().lower() == "broker"
+    return value.strip().lower() == "broker"  # "delta" needs groupLocation, which these options lack
+
+
+def _delta_only(_value: str) -> bool:
+    return False  # the fuzzed options use the broker coordinator, which refuses the Delta coordinator's options
 
 
 def _anything(_value: str) -> bool:
@@ -197,7 +201,9 @@ DOCUMENTED: dict[str, Verdict] = {
     "maxBytesPerTrigger": _byte_count, "maxBytesPerPartition": _positive,
     "failOnDataLoss": _boolean, "pollTimeoutMs": _poll_timeout, "lockDurationMs": _positive,
     "coordinator": _coordinator, "maxDeliveries": _positive, "deadLetterLocation": _blank_is_unset,
-    "checkpointLocation": _blank_is_unset, "stateStorage.x": _anything,
+    "checkpointLocation": _blank_is_unset, "stateStorage.x": _anything, "groupLocation": _delta_only,
+    "share.record.lock.duration.ms": _delta_only, "share.delivery.count.limit": _delta_only,
+    "share.partition.max.record.locks": _delta_only, "share.auto.offset.reset": _delta_only,
 }
 REQUIRED = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "fuzz", "subscribe": "fuzz",
             "stateLocation": "/tmp/sharegroup-fuzz-state"}

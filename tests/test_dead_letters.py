@@ -100,6 +100,10 @@ def test_state_tables_keep_their_short_retention(tmp_path: Path) -> None:
         DeltaTable(store.progress.table.uri, version=progress_version).to_pyarrow_table()
 
 
+def _payload_is_at_hand(positions: pa.Table) -> pa.Table:
+    raise AssertionError(f"records with their payload need no read from the log: {positions}")
+
+
 def test_two_groups_keep_their_rows_in_one_dead_letter_location(tmp_path: Path) -> None:
     shared = str(tmp_path / "lake" / "rejected")
     records = pa.table({
@@ -112,7 +116,8 @@ def test_two_groups_keep_their_rows_in_one_dead_letter_location(tmp_path: Path) 
     reasons = {("orders", 0, 10): "invalid JSON"}
     for group in ("group-a", "group-b"):
         store = StateStore(str(tmp_path / group), dead_letter_location=shared)
-        acks = Acknowledger(None, store, group, SourceCounters(), 30_000)  # type: ignore[arg-type]
+        acks = Acknowledger(None, store, group, SourceCounters(), 30_000,  # type: ignore[arg-type]
+                            read_back=_payload_is_at_hand)
         acks.dead_letter(records, reasons)
         acks.dead_letter(records, reasons)  # the same epoch settled again after a restart
 

@@ -107,6 +107,17 @@ def test_other_schemes_are_refused_at_load_naming_the_option(value: str, problem
         StateOptions.parse({**BASE, "stateLocation": value})  # acknowledge(..., options=...) parses the same way
 
 
+def test_the_group_location_follows_the_same_rules(tmp_path: Path) -> None:
+    delta = {**BASE, "stateLocation": str(tmp_path / "state"), "coordinator": "delta"}
+    with pytest.raises(OptionError, match=r"option 'groupLocation': dbfs:/tmp/group is a DBFS path"):
+        SourceOptions.parse({**delta, "groupLocation": "dbfs:/tmp/group"})
+    with pytest.raises(OptionError, match=r"option 'groupLocation': .*scheme 'gopher:'"):
+        SourceOptions.parse({**delta, "groupLocation": "gopher://host/group"})
+    options = SourceOptions.parse({**delta, "groupLocation": "/proc/nope/group"})
+    with pytest.raises(OptionError, match=r"option 'groupLocation': cannot create and write /proc/nope/group"):
+        MicroBatchDriver(options)
+
+
 # -- checked before the source joins the share group -----------------------------------------------
 def test_an_unwritable_state_location_fails_before_joining(tmp_path: Path) -> None:
     """The bootstrap server is a closed port: any contact with Kafka first would take the metadata timeout."""

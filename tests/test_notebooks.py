@@ -23,3 +23,4 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     assert "1000 rows" in printed
     assert "'ACKED'" in printed
     assert "10 dead letters: ['invalid JSON']" in printed
+    assert "worker 200 + query 400 records, 600 distinct" in printed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyspark.sql.types import StructType
 
@@ -27,7 +29,7 @@ def test_defaults_and_kafka_passthrough():
     ("maxRecordsPerPartition", "ten", "option 'maxRecordsPerPartition' must be a positive integer up to"),
     ("includeHeaders", "yes", "option 'includeHeaders' must be true or false, got 'yes'"),
     ("coordinator", "zookeeper", "option 'coordinator' must be one of"),
-    ("coordinator", "delta", "option 'coordinator'='delta' is not available yet"),
+    ("coordinator", "delta", "option 'groupLocation' is required with option 'coordinator'='delta'"),
     ("subscribe", " , ", "option 'subscribe' names no topic"),
     ("kafka.max.poll.records", "5", "option 'kafka.max.poll.records' is managed by the sharegroup source"),
     ("maxRecordPerTrigger", "5", "unknown option(s) 'maxRecordPerTrigger'"),
@@ -132,3 +134,36 @@ def test_repr_hides_location_credentials():
     assert "hunter2" not in shown and "abc" not in shown and "s3cr3t" not in shown and "AKIA" not in shown
     assert "bucket/state" in shown and "acct.blob.core.windows.net/c/dl" in shown
     assert options.state_location_shown == "s3://*****(redacted)@bucket/state?*****(redacted)"
+
+
+DELTA = {**BASE, "coordinator": "delta", "groupLocation": "/group"}
+
+
+def test_delta_coordinator_takes_its_group_location_and_settings():
+    options = SourceOptions.parse({**DELTA, "share.delivery.count.limit": "3", "share.auto.offset.reset": " Earliest"})
+    assert options.coordinator == "delta" and options.group_location == "/group"
+    assert options.group_settings == {"share.delivery.count.limit": 3, "share.auto.offset.reset": "earliest"}
+    assert "groupLocation=/group" in repr(options)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"share.delivery.count.limit": "0"}, "option 'share.delivery.count.limit' must be a positive integer"),
+    ({"share.record.lock.duration.ms": "soon"}, "option 'share.record.lock.duration.ms' must be a positive integer"),
+    ({"share.auto.offset.reset": "none"}, "option 'share.auto.offset.reset' must be latest or earliest"),
+    ({"lockDurationMs": "5000"}, "option 'lockDurationMs' does not apply with coordinator=delta: the group's lock "
+                                 "duration is the option share.record.lock.duration.ms"),
+    ({"maxBytesPerTrigger": "5000"}, "option 'maxBytesPerTrigger' does not apply with coordinator=delta"),
+    ({"kafka.auto.offset.reset": "earliest"}, "where a new share group starts is the group setting share.auto."),
+    ({"groupLocation": "  "}, "option 'groupLocation' is blank"),
+])
+def test_delta_option_mistakes_name_the_option(extra, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        SourceOptions.parse({**DELTA, **extra})
+
+
+@pytest.mark.parametrize("name", ["groupLocation", "share.delivery.count.limit", "share.record.lock.duration.ms",
+                                  "share.partition.max.record.locks", "share.auto.offset.reset"])
+def test_delta_options_are_refused_with_the_broker_coordinator(name):
+    with pytest.raises(OptionError, match=rf"'{re.escape(name)}' belong to coordinator=delta; with coordinator=broker "
+                                          "the share group's settings are broker-side group configs"):
+        SourceOptions.parse({**BASE, name: "5"})

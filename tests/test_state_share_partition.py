@@ -256,3 +256,101 @@ def test_persisted_state_below_spso_is_dropped_and_acquired_is_rejected() -> Non
         5, (PersistedBatch(5, 6, AV, 1), PersistedBatch(7, 7, ACK, 1)))
     with pytest.raises(ValueError, match="durable form has no locks"):
         SharePartition.from_persisted(PersistedState(0, (PersistedBatch(0, 1, AQ, 1),)))
+
+
+def test_renew_extends_only_the_members_live_locks() -> None:
+    sp = SharePartition(0, ShareConfig(lock_duration_ms=30_000))
+    sp.acquire("a", 5, now_ms=0, log_end_offset=15)  # 0-4, lock until 30,000
+    sp.acquire("b", 5, now_ms=20_000, log_end_offset=15)  # 5-9, until 50,000
+    sp.acquire("a", 5, now_ms=20_000, log_end_offset=15)  # 10-14, until 50,000
+    assert sp.renew_member("a", now_ms=35_000) == 5  # 0-4 ended at 30,000: released, not renewed
+    deadlines = {(b.first, b.last): (b.state, b.member_id, b.lock_deadline_ms) for b in sp.batches}
+    assert deadlines == {(0, 4): (AV, None, None), (5, 9): (AQ, "b", 50_000), (10, 14): (AQ, "a", 65_000)}
+    assert sp.renew_member("c", now_ms=35_000) == 0
+    with pytest.raises(InvalidRecordStateError):
+        sp.acknowledge("a", [(10, 14, ACCEPT)], now_ms=65_000)  # a renewed lock ends too
+    assert sp.renew_member("a", now_ms=65_000) == 0
+
+
+def test_archived_at_limit_reports_release_and_expiry_at_the_limit_not_reject() -> None:
+    sp = SharePartition(0, ShareConfig(delivery_attempt_limit=2, lock_duration_ms=10))
+    sp.acquire("m", 6, now_ms=0, log_end_offset=6)
+    sp.acknowledge("m", [(0, 5, RELEASE)], now_ms=1)
+    assert sp.acquire("m", 6, now_ms=2, log_end_offset=6) == [AcquiredRecords(0, 5, 2)]
+    assert sp.archived_at_limit() == []  # first release: back to Available
+    sp.acknowledge("m", [(0, 1, RELEASE), (2, 2, REJECT), (3, 3, ACCEPT)], now_ms=3)
+    assert sp.archived_at_limit() == [AcquiredRecords(0, 1, 2)]  # the member dead-letters its REJECT
+    assert sp.expire_locks(now_ms=12) == 2
+    assert sp.archived_at_limit() == [AcquiredRecords(0, 1, 2), AcquiredRecords(4, 5, 2)]
+    assert cumulative(sp) == (6, 6, [])
+
+
+def test_archived_at_limit_reports_what_acquire_archives_and_starts_empty_when_rebuilt() -> None:
+    durable = PersistedState(0, (PersistedBatch(0, 1, AV, 3), PersistedBatch(2, 2, AV, 1)))
+    config = ShareConfig(delivery_attempt_limit=3)
+    sp = SharePartition.from_persisted(durable, config)
+    assert sp.acquire("m", 5, now_ms=0, log_end_offset=5, gaps=[3]) == [AcquiredRecords(2, 2, 2),
+                                                                         AcquiredRecords(4, 4, 1)]
+    assert sp.archived_at_limit() == [AcquiredRecords(0, 1, 3)]  # the gap at 3 is not reported
+    assert SharePartition(sp.spso, config, sp.batches).archived_at_limit() == []
+
+
+# -- what describing and resetting a group need ------------------------------------------------
+def test_counts_by_state_sum_to_the_in_flight_window_and_skip_offsets_below_start() -> None:
+    sp = SharePartition(0, ShareConfig(lock_duration_ms=LOCK_MS))
+    sp.acquire("a", 4, now_ms=0, log_end_offset=10)  # 0-3
+    sp.acquire("b", 4, now_ms=0, log_end_offset=10)  # 4-7
+    sp.acknowledge("a", [(1, 1, ACCEPT), (2, 2, REJECT), (3, 3, RELEASE)], now_ms=1)
+    assert cumulative(sp)[:2] == (0, 8)
+    counts = {state: sp.count(state) for state in RecordState}
+    assert counts == {AV: 1, AQ: 5, ACK: 1, ARC: 1}
+    assert sum(counts.values()) == sp.speo - sp.spso
+    assert sp.count(ACK, ARC, start=2) == 1 and sp.count(AQ, start=6) == 2
+    assert sp.holders() == {"a": 1, "b": 4}
+    sp.expire_locks(now_ms=LOCK_MS)
+    assert sp.holders() == {}
+
+
+def test_reset_discards_in_flight_state_and_is_refused_while_records_are_acquired() -> None:
+    sp = SharePartition(0, ShareConfig(lock_duration_ms=LOCK_MS))
+    sp.acquire("a", 5, now_ms=0, log_end_offset=10)
+    sp.acknowledge("a", [(0, 1, RELEASE)], now_ms=1)
+    with pytest.raises(InvalidRecordStateError, match="Acquired by a"):
+        sp.reset(3)
+    assert cumulative(sp) == (0, 5, [(0, 1, AV, 1), (2, 4, AQ, 1)])  # a refusal changes nothing
+    sp.expire_locks(now_ms=LOCK_MS)
+    assert sp.reset(3) == 5
+    assert cumulative(sp) == (3, 3, []) and sp.persisted() == PersistedState(3, ())
+    assert sp.acquire("b", 10, now_ms=LOCK_MS, log_end_offset=10) == [AcquiredRecords(3, 9, 1)]
+    with pytest.raises(ValueError, match="negative"):
+        SharePartition(0).reset(-1)
+
+
+def test_remove_topic_deletes_its_rows_in_one_commit_and_a_check_can_refuse(tmp_path) -> None:
+    from deltalake import DeltaTable
+
+    from state_store.group import GroupStore
+
+    group = GroupStore.open(str(tmp_path), "g", {})
+    table = group.share_state
+
+    def acquire_everything(partitions):
+        for sp in partitions.values():
+            sp.acquire("m", 5, now_ms=0, log_end_offset=5)
+
+    table.update_all(acquire_everything, {("o'rders", 0): 0, ("o'rders", 1): 0, ("other", 0): 0})
+    version = DeltaTable(str(tmp_path / "share_state")).version()
+
+    seen = []
+
+    def refuse(partitions):
+        seen.append({key: sp.holders() for key, sp in partitions.items()})
+        raise InvalidRecordStateError("held")
+
+    with pytest.raises(InvalidRecordStateError, match="held"):
+        table.remove_topic("o'rders", refuse)
+    assert seen == [{("o'rders", 0): {"m": 5}, ("o'rders", 1): {"m": 5}, ("other", 0): {"m": 5}}]
+    assert DeltaTable(str(tmp_path / "share_state")).version() == version
+    assert table.remove_topic("o'rders") == ([0, 1], version + 1)
+    assert sorted(table.partitions()) == [("other", 0)]
+    assert table.remove_topic("o'rders") == ([], None)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sharegroup_source.coordinators.base import Coordinator, Failures
 from sharegroup_source.coordinators.broker import BrokerCoordinator
+from sharegroup_source.coordinators.delta import DeltaCoordinator
 from state_store.progress import ProgressTable
 
 if TYPE_CHECKING:  # options imports the broker's client configuration
@@ -19,6 +20,7 @@ __all__ = ["Coordinator", "Failures", "open_coordinator"]
 
 _COORDINATORS: dict[str, Callable[[SourceOptions, ProgressTable, str, float | None], Coordinator]] = {
     "broker": BrokerCoordinator.join,
+    "delta": DeltaCoordinator.join,
 }
 
 

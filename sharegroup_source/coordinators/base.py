@@ -36,14 +36,25 @@ class Coordinator(Protocol):
         """Partition count of every subscribed topic."""
         ...
 
+    @property
+    def lock_duration_ms(self) -> int | None:
+        """How long an acquired record stays locked; None when the member renews its locks while it lives."""
+        ...
+
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Records newly acquired for this member, waiting at most ``wait_s`` for some.
 
         An output table with headers (``epoch`` 0, ``deliveryCount`` as the group counted it),
-        in acquisition order. ``max_records`` is a hint: a coordinator may acquire more (a
-        broker's fetch is not bounded exactly) and the driver keeps the surplus acquired.
-        Every record returned must be acknowledged before the next call.
+        in acquisition order; or, from a coordinator whose executors read the records themselves,
+        their positions only (``schema.POSITIONS``). ``max_records`` is a hint: a coordinator may
+        acquire more (a broker's fetch is not bounded exactly) and the driver keeps the surplus
+        acquired. Every record returned must be acknowledged before the next call.
         """
+        ...
+
+    def archived(self) -> pa.Table:
+        """Positions (``schema.POSITIONS``) the group archived at its delivery-count limit since the last call,
+        where the coordinator can tell: the driver dead-letters them, since nobody will get them again."""
         ...
 
     def acknowledge(self, acks: Sequence[Ack]) -> Failures:

@@ -18,7 +18,7 @@ from sharegroup_source.acks import Ack
 from sharegroup_source.coordinators.base import Failures
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
-from sharegroup_source.schema import records_to_arrow
+from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store.progress import ProgressTable
 
 if TYPE_CHECKING:  # options imports the broker's client configuration
@@ -35,9 +35,10 @@ METADATA_TIMEOUT_S = 30.0
 class BrokerCoordinator:
     """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
 
-    def __init__(self, client: ShareClient, run_id: str):
+    def __init__(self, client: ShareClient, run_id: str, lock_duration_ms: int):
         self._client = client
         self._run_id = run_id
+        self._lock_duration_ms = lock_duration_ms
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
@@ -48,7 +49,7 @@ class BrokerCoordinator:
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
-        return cls(client, run_id)
+        return cls(client, run_id, options.lock_duration_ms)
 
     @property
     def member_id(self) -> str:
@@ -58,6 +59,11 @@ class BrokerCoordinator:
     @property
     def partitions(self) -> Mapping[str, int]:
         return self._client.partitions
+
+    @property
+    def lock_duration_ms(self) -> int:
+        """The group's lock duration as the ``lockDurationMs`` option says: clients cannot read the broker's."""
+        return self._lock_duration_ms
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
@@ -75,6 +81,10 @@ class BrokerCoordinator:
         for partition in sorted({(a.topic, a.partition) for a in acks} - answered):
             failures[partition] = "no result in the commit's answer"
         return failures
+
+    def archived(self) -> pa.Table:
+        """Nothing: the broker archives at its delivery-count limit without telling its members."""
+        return POSITIONS.empty_table()
 
     def close(self) -> None:
         self._client.close()

@@ -1,0 +1,120 @@
+"""The ``delta`` coordinator: the share group's state lives in a Delta table; Kafka only serves the log.
+
+The driver's member locks offset ranges in the group's ``share_state`` table (one commit per
+acquisition, one per settle) and hands the ranges to Spark; executors read the records
+themselves with a plain consumer, so no record passes through the driver and many tasks read
+one Kafka partition. Only Metadata, ListOffsets and Fetch reach Kafka: queue semantics on any
+cluster, share groups enabled or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from sharegroup_source.acks import Ack
+from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.delta.member import GroupMember, Held
+from sharegroup_source.schema import POSITIONS
+from state_store import AckType
+from state_store.group import GroupStore
+from state_store.progress import ProgressTable
+
+if TYPE_CHECKING:  # options imports the broker's client configuration
+    from sharegroup_source.options import SourceOptions
+
+__all__ = ["DeltaCoordinator", "positions", "query_member_prefix"]
+
+#: How often an idle acquisition looks at the log ends again while it waits for records.
+IDLE_CHECK_S = 0.2
+
+
+class DeltaCoordinator:
+    """The query run's member of a Delta-coordinated group, behind the driver's Coordinator interface."""
+
+    def __init__(self, member: GroupMember, max_records: int):
+        self._member = member
+        self._max_records = max_records
+
+    @classmethod
+    def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
+             handover_timeout_s: float | None = None) -> DeltaCoordinator:
+        """Join as ``<query prefix><run id>`` and take back what the query's earlier runs still hold:
+        the ledger fences those runs, so nothing waits for their locks to expire."""
+        assert options.group_location is not None, "options require groupLocation with coordinator=delta"
+        group = GroupStore.open(options.group_location, options.group_id, options.group_settings,
+                                storage_options=dict(options.storage_options))
+        prefix = query_member_prefix(options.state_location)
+        member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics)
+        try:
+            member.take_over(prefix)
+        except BaseException:
+            member.close()
+            raise
+        return cls(member, options.max_poll_records)
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    @property
+    def partitions(self) -> Mapping[str, int]:
+        return self._member.partitions
+
+    @property
+    def lock_duration_ms(self) -> int | None:
+        """None: the member renews its locks while it lives, so a held record never expires under a batch."""
+        return None
+
+    def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
+        """Positions (``schema.POSITIONS``) of at most ``max_records`` records, waiting up to ``wait_s`` for some."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            held = self._member.acquire(max_records or self._max_records)
+            if held or time.monotonic() >= deadline:
+                return positions(held)
+            time.sleep(min(IDLE_CHECK_S, max(deadline - time.monotonic(), 0)))
+
+    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
+        """Settle ``acks`` in one commit, as runs of consecutive offsets sharing a type."""
+        ranges: dict[tuple[str, int], list[tuple[int, int, AckType]]] = {}
+        for (topic, partition), group in itertools.groupby(sorted(acks, key=lambda a: (a.topic, a.partition, a.offset)),
+                                                           key=lambda a: (a.topic, a.partition)):
+            runs = ranges.setdefault((topic, partition), [])
+            for ack in group:
+                if runs and runs[-1][1] + 1 == ack.offset and runs[-1][2] == ack.type:
+                    runs[-1] = (runs[-1][0], ack.offset, ack.type)
+                else:
+                    runs.append((ack.offset, ack.offset, ack.type))
+        return self._member.settle(ranges) if ranges else {}
+
+    def archived(self) -> pa.Table:
+        """Positions the group archived at its delivery-count limit since the last call."""
+        return positions(self._member.archived())
+
+    def close(self) -> None:
+        self._member.close()
+
+
+def positions(held: Sequence[Held]) -> pa.Table:
+    """Every offset of ``held`` as a row of ``schema.POSITIONS``."""
+    sizes = [h.records.last - h.records.first + 1 for h in held]
+    return pa.table({
+        "topic": pa.array(np.repeat(np.array([h.topic for h in held], dtype=object), sizes), pa.string()),
+        "partition": pa.array(np.repeat(np.array([h.partition for h in held], dtype=np.int32), sizes), pa.int32()),
+        "offset": pa.array(np.concatenate([np.arange(h.records.first, h.records.last + 1, dtype=np.int64)
+                                           for h in held]) if held else np.array([], np.int64), pa.int64()),
+        "deliveryCount": pa.array(np.repeat(np.array([h.records.delivery_count for h in held], dtype=np.int32),
+                                            sizes), pa.int32()),
+    }, schema=POSITIONS)
+
+
+def query_member_prefix(state_location: str) -> str:
+    """Member ids of one query's runs share this prefix (its stateLocation is the query's identity)."""
+    return f"query-{hashlib.sha256(state_location.encode()).hexdigest()[:12]}-"

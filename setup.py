@@ -35,6 +35,8 @@ setup(
             "ipykernel>=6.29,<8",
             "matplotlib>=3.8,<4",
             "psutil>=5.9,<8",
+            # tests/test_install.py builds the wheel offline (--no-build-isolation): setuptools < 70.1 needs it
+            "wheel>=0.40",
             # The Spark the suite runs: 4.2.0, the newest one Delta ships jars for (delta-spark_4.2_2.13
             # 4.4.0 in jvm/pom.xml; delta-spark 4.4 on PyPI caps pyspark at 4.2.0).
             "pyspark==4.2.0",

@@ -2,10 +2,12 @@
 
 A share-group broker, a producer of sample orders, and a Spark query reading
 ``format("sharegroup")`` into a Delta table. One line per micro-batch, then a summary read
-from the state tables. Finishes by itself in about two minutes.
+from the state tables. Finishes by itself in about two minutes; Ctrl-C stops it early, as
+cleanly (the query stops, the summary is printed, the temporary folder is removed, or kept
+and its path printed with SHAREGROUP_DEMO_KEEP=1).
 
     python examples/demo.py                  # the embedded broker: fast, no JVM broker
-    python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs `make jars`)
+    python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs make jars)
     python examples/demo.py --coordinator delta   # the share group's state in Delta, any Kafka
 """
 
@@ -16,11 +18,12 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +31,8 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from sharegroup_source.cli import plain_text
+from sharegroup_source.kafka_clients import admin_config, producer_config
 from sharegroup_source.sinks import DeltaBatchWriter
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
@@ -38,12 +43,26 @@ TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
 ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
 
 
-def produce_orders(servers: str, done: threading.Event) -> None:
+class StopRequest:
+    """Set by Ctrl-C. The handler only assigns a flag: it runs between two bytecodes of the main
+    thread, which may hold any lock at that moment (an Event's, stdout's), so taking one could hang."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+
+def produce_orders(servers: str, done: threading.Event, stopping: Callable[[], bool]) -> None:
     """Orders arrive over PRODUCE_SECONDS, as a live system would send them."""
     rng = random.Random(7)
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    producer = Producer(producer_config({"bootstrap.servers": servers, "linger.ms": 20}))
     per_tick = ORDERS // (PRODUCE_SECONDS * 10)
     for order_id in range(ORDERS):
+        if stopping():
+            producer.flush(5)
+            return
         order = {"order_id": order_id, "sku": f"sku-{rng.randrange(100)}", "qty": rng.randrange(1, 5)}
         producer.produce(TOPIC, key=str(order_id).encode(), value=json.dumps(order).encode(),
                          partition=order_id % PARTITIONS)
@@ -58,6 +77,7 @@ def spark_session() -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (SparkSession.builder.master("local[2]").appName("sharegroup-demo")
             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2}")
             .getOrCreate())
 
@@ -86,7 +106,7 @@ def share_group_broker(kind: str) -> Iterator[str]:
     from confluent_kafka.admin import AdminClient
 
     with ApacheKafka() as kafka:
-        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        admin = AdminClient(admin_config({"bootstrap.servers": kafka.bootstrap_servers}))
         create_topic(admin, TOPIC, PARTITIONS)
         set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
         print(f"Apache Kafka {kafka.bootstrap_servers} (log {kafka.log_path})")
@@ -94,22 +114,41 @@ def share_group_broker(kind: str) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=plain_text(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                         help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
     parser.add_argument("--coordinator", choices=("broker", "delta"), default="broker",
                         help="who holds the locks: the broker's share group (default), or a Delta table "
                              "(executors read the records; no share-group support needed on the broker)")
     args = parser.parse_args(argv)
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop)
     work = Path(tempfile.mkdtemp(prefix="sharegroup-demo-"))
-    coordinator = {"coordinator": args.coordinator}
-    if args.coordinator == "delta":
+    try:
+        run(args.kafka, args.coordinator, work, stop)
+    finally:
+        if os.environ.get("SHAREGROUP_DEMO_KEEP") == "1":
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if stop.requested:
+        print("stopped by Ctrl-C")
+
+
+def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> None:
+    """The demo in ``work``: until every order is acknowledged, the time limit, or Ctrl-C."""
+    coordinator = {"coordinator": coordinator_kind}
+    if coordinator_kind == "delta":
         coordinator |= {"groupLocation": str(work / "group"), "share.auto.offset.reset": "earliest"}
     state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
     produced = threading.Event()
-    with share_group_broker(args.kafka) as servers:
-        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP} (coordinator={args.coordinator}); output in {work}")
+    with share_group_broker(kafka) as servers:
+        if stop.requested:
+            return
+        print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP} (coordinator={coordinator_kind}); output in {work}")
         spark = spark_session()
+        signal.signal(signal.SIGINT, stop)  # the SparkContext put its own handler in: it raises KeyboardInterrupt
         orders = (spark.readStream.format("sharegroup")
                   .option("kafka.bootstrap.servers", servers)
                   .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
@@ -132,17 +171,20 @@ def main(argv: list[str] | None = None) -> None:
 
         query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="2 seconds").start())
-        threading.Thread(target=produce_orders, args=(servers, produced), daemon=True).start()
+        producer = threading.Thread(target=produce_orders, args=(servers, produced, lambda: stop.requested),
+                                    daemon=True)
+        producer.start()
         started = time.monotonic()
-        while time.monotonic() - started < RUN_LIMIT_SECONDS and query.isActive:
+        while time.monotonic() - started < RUN_LIMIT_SECONDS and query.isActive and not stop.requested:
             if produced.is_set() and progress(state).get("accepted", 0) >= ORDERS:
                 break
-            time.sleep(1)
+            time.sleep(0.5)
+        if stop.requested:
+            print("stopping: Ctrl-C", flush=True)
         query.stop()
+        producer.join(10)  # it stops producing at Ctrl-C; the broker must outlive its last send
         summarize(spark, state, sink, time.monotonic() - started)
         spark.stop()
-    if os.environ.get("SHAREGROUP_DEMO_KEEP") != "1":
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def summarize(spark: SparkSession, state: Path, sink: Path, seconds: float) -> None:

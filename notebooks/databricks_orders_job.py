@@ -2,9 +2,11 @@
 # MAGIC %md
 # MAGIC # orders from a Kafka share group into Delta (Databricks job)
 # MAGIC
-# MAGIC Runs as a job task on a cluster with `sharegroup-source` installed as a cluster or job
-# MAGIC library (`%pip install sharegroup-source` in a notebook also works). Kafka credentials
-# MAGIC come from a secret scope; the source never prints `kafka.sasl.*` or passwords.
+# MAGIC Runs as a job task on a cluster with the `sharegroup-source` wheel (built from the repository:
+# MAGIC `pip wheel --no-deps -w dist .`; it is on no public index) installed as a cluster or job
+# MAGIC library, or with `%pip install /Volumes/<catalog>/<schema>/<volume>/sharegroup_source-0.1.0-py3-none-any.whl`
+# MAGIC in the notebook. Needs a Databricks Runtime with Apache Spark 4.2 or later; not tried on Databricks.
+# MAGIC Kafka credentials come from a secret scope; the source never prints `kafka.sasl.*` or passwords.
 # MAGIC
 # MAGIC Job parameters (widgets): `bootstrap`, `group`, `topic`, `state_location`, `checkpoint`, `table`.
 
@@ -17,6 +19,20 @@ dbutils.widgets.text("state_location", "/Volumes/main/queues/state/orders")  # n
 dbutils.widgets.text("checkpoint", "/Volumes/main/queues/checkpoints/orders")  # noqa: F821
 dbutils.widgets.text("table", "main.queues.orders")  # noqa: F821
 param = dbutils.widgets.get  # noqa: F821
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC Spark finds `format("sharegroup")` by listing the `pyspark_*` modules once per session, with
+# MAGIC `pkgutil`. A `%pip install` into a running session comes after that listing, so the format is
+# MAGIC not found (`DATA_SOURCE_NOT_FOUND`) until it is registered. `register` is idempotent: on a
+# MAGIC cluster where the wheel is a cluster library (found at session start) it does nothing.
+
+# COMMAND ----------
+
+import sharegroup_source  # noqa: E402
+
+sharegroup_source.register(spark)  # noqa: F821
 
 # COMMAND ----------
 

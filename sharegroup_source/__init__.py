@@ -1,6 +1,8 @@
 """Kafka share groups (KIP-932) as a Spark Structured Streaming source: ``format("sharegroup")``.
 
-``register(spark)`` registers the format where the package is not pip-installed;
+``register(spark)`` registers the format on a session that started before the package was
+installed (``%pip install`` into a running Databricks session: Spark looks for ``pyspark_*``
+modules once per session, so it never sees a later install) or where it is only on ``sys.path``;
 ``acknowledge(df, outcome, reason, options=...)`` records per-record outcomes in foreachBatch;
 ``DeltaShareConsumer(config)`` lets a plain Python worker share a ``coordinator=delta`` queue with queries.
 The connector's exceptions (``sharegroup_source.errors``) are importable from here.
@@ -30,10 +32,24 @@ __all__ = ["ClusterError", "DataLossError", "DeltaShareConsumer", "FencedError",
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``format("sharegroup")`` on a session."""
+    """Register ``format("sharegroup")`` on ``spark``; idempotent, so every notebook cell may call it.
+
+    Needed where Spark's discovery cannot see the package: a session that started before the
+    install (Spark lists the ``pyspark_*`` modules once per session) or a package only on
+    ``sys.path``. A session that already has the format keeps the one it has.
+    """
     from sharegroup_source.source import ShareGroupDataSource
 
-    spark.dataSource.register(ShareGroupDataSource)
+    if not _has_format(spark, ShareGroupDataSource.name()):
+        spark.dataSource.register(ShareGroupDataSource)
+
+
+def _has_format(spark: SparkSession, name: str) -> bool:
+    """Whether ``name`` resolves on ``spark``: registered, or found by Spark's discovery."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Exception:  # no JVM session (Spark Connect) or another Spark: registering again is harmless
+        return False
 
 
 def __getattr__(name: str) -> Any:

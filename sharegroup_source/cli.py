@@ -1,4 +1,4 @@
-"""``sharegroup`` command line: run a local share-group broker in the foreground.
+"""sharegroup command line: run a local share-group broker in the foreground, or operate share groups.
 
     sharegroup broker --topic orders:4 --lock-ms 30000     # the embedded broker (no JVM)
     sharegroup kafka --topic orders:4                       # Apache Kafka's own broker (make jars)
@@ -15,12 +15,19 @@ describe, reset and delete share groups (sharegroup_source.admin); describing ne
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 
-__all__ = ["main"]
+__all__ = ["main", "plain_text"]
+
+
+def plain_text(doc: str | None) -> str:
+    """A docstring as ``--help`` prints it: reST literal marks and escaped backslashes written plainly,
+    so a terminal user reads the commands as they would type them."""
+    return inspect.cleandoc(doc or "").replace("``", "").replace("\\\\", "\\")
 
 
 def _topic_spec(spec: str) -> tuple[str, int]:
@@ -37,9 +44,12 @@ def _topic_spec(spec: str) -> tuple[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sharegroup", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="sharegroup", description=plain_text(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    broker = commands.add_parser("broker", help="run the embedded share-group broker")
+    broker = commands.add_parser("broker", help="run the embedded share-group broker",
+                                 description="Run the embedded share-group broker (librdkafka's mock cluster, "
+                                             "no JVM) until Ctrl-C or SIGTERM.")
     broker.add_argument("--topic", action="append", type=_topic_spec, default=[], metavar="NAME[:PARTITIONS]",
                         help="create a topic (repeatable)")
     broker.add_argument("--brokers", type=int, default=1, help="broker nodes (default 1)")
@@ -48,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
     broker.add_argument("--port", type=int, default=None,
                         help="also accept bootstrap connections on this loopback port")
-    kafka = commands.add_parser("kafka", help="run Apache Kafka's own broker (single-node KRaft, share groups on)")
+    kafka = commands.add_parser("kafka", help="run Apache Kafka's own broker (single-node KRaft, share groups on)",
+                                description="Run Apache Kafka's own broker (single-node KRaft, share groups on) "
+                                            "from the jars of make jars, until Ctrl-C or SIGTERM.")
     kafka.add_argument("--topic", action="append", type=_topic_spec, default=[], metavar="NAME[:PARTITIONS]",
                        help="create a topic (repeatable)")
     kafka.add_argument("--group", action="append", default=[], metavar="GROUP",

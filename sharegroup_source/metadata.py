@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.errors import ClusterError
+from sharegroup_source.kafka_clients import admin_config, consumer_config
 
 __all__ = ["log_end_offsets", "partition_counts"]
 
@@ -21,13 +22,16 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
     """Partition count of each topic; raises ClusterError naming what is wrong."""
     topics = list(topics)
     servers = config.get("bootstrap.servers", "")
-    admin = AdminClient({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
+    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as error:
         raise ClusterError(
             f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: {error.args[0].str()}"
         ) from None
+    finally:
+        admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
     counts = {}
     for topic in topics:
         found = metadata.topics.get(topic)
@@ -41,7 +45,7 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
 def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
                     ) -> dict[tuple[str, int], int]:
     """High watermark of every partition of ``partitions`` (topic -> partition count)."""
-    consumer = Consumer({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False})
+    consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
     try:
         return {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
                 for topic, count in partitions.items() for p in range(count)}

@@ -28,6 +28,7 @@ from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.coordinators import open_coordinator
 from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.errors import FencedError, StateMismatchError
+from sharegroup_source.locations import check_source_locations
 from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
@@ -57,6 +58,7 @@ class MicroBatchDriver:
     (None: the coordinator's default)."""
 
     def __init__(self, options: SourceOptions, handover_timeout_s: float | None = None):
+        check_source_locations(options)  # a location it cannot use fails here, before the member joins
         self._options = options
         self._group_id = options.group_id
         self._run_id = uuid.uuid4().hex

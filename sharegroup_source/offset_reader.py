@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sharegroup_source.kafka_clients import consumer_config
 from sharegroup_source.schema import message_key
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
@@ -54,7 +55,7 @@ class OffsetRangeReader:
     """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
-        self._consumer = Consumer(replay_consumer_config(config))
+        self._consumer = Consumer(consumer_config(replay_consumer_config(config)))  # logs: sharegroup_source.kafka
         self._timeout_s = timeout_s
 
     def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:

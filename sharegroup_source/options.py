@@ -15,6 +15,8 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.coordinators.broker.share_client import share_consumer_config
 from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka_clients import refuse_java_settings
+from sharegroup_source.locations import resolve_location
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
 
@@ -65,7 +67,7 @@ class StateOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateOptions:
         lowered = {str(key).lower(): value for key, value in options.items()}
-        return cls(group_id=_group_id(lowered), state_location=_required(lowered, "stateLocation"),
+        return cls(group_id=_group_id(lowered), state_location=_location(lowered, "stateLocation"),
                    storage_options=_storage_options(options))
 
 
@@ -108,6 +110,7 @@ class SourceOptions:
         for key in kafka:
             if key.lower() in _RESERVED_KAFKA:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
+        refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
         unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, _STORAGE_PREFIX))
                          and key.lower() not in _KNOWN)
         if unknown:
@@ -134,7 +137,7 @@ class SourceOptions:
             max_bytes_per_partition=_positive(lowered, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
             include_headers=_boolean(lowered, "includeHeaders", False),
             max_deliveries=_positive(lowered, "maxDeliveries", None),
-            dead_letter_location=_optional_location(lowered, "deadLetterLocation"),
+            dead_letter_location=_optional_delta_location(lowered, "deadLetterLocation"),
             fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
             coordinator=coordinator,
             poll_timeout_ms=_positive(lowered, "pollTimeoutMs", 1_000, maximum=_POLL_TIMEOUT_MAX_MS),
@@ -208,7 +211,7 @@ def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Ma
     if any(key.lower() == "auto.offset.reset" for key in kafka):
         raise OptionError("option 'kafka.auto.offset.reset' does not apply with coordinator=delta: where a new "
                           "share group starts is the group setting share.auto.offset.reset (latest or earliest)")
-    location = _optional_location(options, "groupLocation")
+    location = _optional_delta_location(options, "groupLocation")
     if location is None:
         raise OptionError("option 'groupLocation' is required with option 'coordinator'='delta': the path or URI "
                           "of the share group's Delta state, the same for every member of the group")
@@ -268,6 +271,17 @@ def _optional_location(options: Mapping[str, Any], name: str) -> str | None:
     if not str(raw).strip():
         raise OptionError(f"option '{name}' is blank: give a path or URI, or leave it out")
     return str(raw)
+
+
+def _location(options: Mapping[str, Any], name: str) -> str:
+    """A required location of Delta tables, as the state store opens it (see ``locations``)."""
+    return resolve_location(name, _required(options, name))
+
+
+def _optional_delta_location(options: Mapping[str, Any], name: str) -> str | None:
+    """An optional location of Delta tables, as the state store opens it (see ``locations``)."""
+    value = _optional_location(options, name)
+    return None if value is None else resolve_location(name, value)
 
 
 @overload

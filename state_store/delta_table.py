@@ -39,6 +39,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from state_store.errors import StateStoreError
 from state_store.redaction import redact_location
+from state_store.storage_errors import storage_problem
 
 __all__ = ["USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot", "StateTable", "Write", "local_path",
            "table_uri"]
@@ -404,6 +405,10 @@ class StateTable:
                 f"the {self.name} table at {self.shown} is missing: the directory holds files but no Delta "
                 f"commit in _delta_log ({_reason(exc)}); move it away or use another stateLocation") from exc
         except (DeltaError, OSError, ValueError) as exc:
+            problem = storage_problem(exc)  # a refused credential or a dead endpoint is no corruption
+            if problem is not None:
+                raise StateStoreError(f"cannot open the {self.name} table at {self.shown}: {problem} "
+                                      f"({_reason(exc)})") from exc
             raise StateStoreError(f"the {self.name} table at {self.shown} is corrupt: its Delta log cannot be "
                                   f"read ({_reason(exc)})") from exc
         expected = Schema.from_arrow(self.schema)
@@ -500,8 +505,10 @@ class StateTable:
         return {p: self._pieces.get(p) or self._read_piece(p) for p in paths}
 
     def _error(self, what: str, exc: BaseException) -> StateStoreError:
+        problem = storage_problem(exc)
+        cause = "" if problem is None else f"{problem}: "
         return StateStoreError(f"{what} the {self.name} table at {self.shown}: "
-                               f"{_reason(exc).replace(self.uri, self.shown)}")
+                               f"{cause}{_reason(exc).replace(self.uri, self.shown)}")
 
     def _read_piece(self, path: str) -> Piece:
         if self._local is not None:

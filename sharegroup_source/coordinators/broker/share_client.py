@@ -17,6 +17,7 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 
 from sharegroup_source.acks import Ack, AckType
 from sharegroup_source.errors import ClusterError
+from sharegroup_source.kafka_clients import consumer_config
 from sharegroup_source.metadata import partition_counts
 from sharegroup_source.redaction import redact
 
@@ -61,7 +62,7 @@ class ShareClient:
         self.topics = list(topics)
         self.partitions = partition_counts(config, self.topics, metadata_timeout_s)
         self._config = share_consumer_config(config, max_poll_records)
-        self._consumer = ShareConsumer(self._config)
+        self._consumer = ShareConsumer(consumer_config(self._config))  # its log: sharegroup_source.kafka
         self._consumer.subscribe(self.topics)
 
     def __repr__(self) -> str:

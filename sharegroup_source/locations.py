@@ -1,0 +1,141 @@
+"""Where the source keeps Delta tables: which locations are accepted, and checking them early.
+
+A location option (``stateLocation``, ``deadLetterLocation``, and any later one such as
+``groupLocation``) is a local path, a ``file://`` URI, or a URI whose scheme delta-rs opens
+(S3, GCS, Azure, HDFS). Anything else used to be taken as a relative local path: on
+Databricks, ``dbfs:/tmp/state`` became a folder named ``dbfs:`` on the driver's disk, which
+vanishes with the cluster, and exactly-once silently broke. So:
+
+- ``dbfs:/x`` is read through Databricks' FUSE mount as ``/dbfs/x`` where that mount exists
+  (a Databricks driver), and refused elsewhere: delta-rs cannot open ``dbfs:`` itself.
+- ``/dbfs/...`` and ``/Volumes/...`` are local paths (the FUSE mount, Unity Catalog volumes).
+- any other scheme, or ``s3:/x`` without ``//``, is refused at ``load()``, naming the option.
+
+:func:`check_location` then proves, before the source joins the share group, that the
+location can be created and written (local) or reached with the storage options (object
+stores), so a bad location never takes records from the group first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from sharegroup_source.errors import OptionError
+from sharegroup_source.redaction import redact_location
+from state_store.storage_errors import storage_problem
+
+if TYPE_CHECKING:  # options resolves its locations here
+    from sharegroup_source.options import SourceOptions
+
+__all__ = ["DBFS_MOUNT", "DELTA_SCHEMES", "check_location", "check_source_locations", "resolve_location"]
+
+#: Schemes delta-rs (object_store) opens; ``hdfs``/``viewfs`` need its HDFS support at run time.
+#: ``https`` is there for stores addressed by their endpoint (``https://<account>.blob.core.windows.net/...``).
+DELTA_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "hdfs",
+                           "viewfs", "https"})
+#: Where Databricks mounts DBFS on the driver and workers.
+DBFS_MOUNT = Path("/dbfs")
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?P<rest>.*)$", re.DOTALL)
+
+
+def resolve_location(option: str, value: str, dbfs_mount: Path = DBFS_MOUNT) -> str:
+    """``value`` as the state store will open it, or OptionError naming ``option``.
+
+    ``dbfs_mount`` is where the DBFS FUSE mount would be (a parameter so tests can stand one up).
+    """
+    match = _SCHEME.match(value)
+    if match is None:
+        return value  # a local path: /dbfs/... and /Volumes/... included
+    scheme, rest = match["scheme"].lower(), match["rest"]
+    shown = redact_location(value)
+    if scheme == "dbfs":
+        return _dbfs(option, shown, rest, dbfs_mount)
+    if scheme not in DELTA_SCHEMES:
+        supported = ", ".join(f"{s}://" for s in sorted(DELTA_SCHEMES))
+        local = "" if rest.startswith("//") else f" (write ./{shown} for a folder with a colon in its name)"
+        raise OptionError(f"option '{option}': {shown} has the scheme '{scheme}:', which the state store cannot "
+                          f"open; give a local path{local}, or a URI with one of {supported}")
+    if scheme == "file" and not rest.startswith("//"):
+        return rest  # file:/x, as Hadoop prints local paths
+    if not rest.startswith("//") or not rest[2:].strip("/"):
+        raise OptionError(f"option '{option}': {shown} is not a complete URI: write {scheme}://bucket-or-host/path")
+    return value
+
+
+def _dbfs(option: str, shown: str, rest: str, dbfs_mount: Path) -> str:
+    """``dbfs:/x`` (or ``dbfs:///x``) as ``<mount>/x``: delta-rs reads DBFS only through the FUSE mount."""
+    if rest.startswith("//") and not rest.startswith("///"):
+        raise OptionError(f"option '{option}': {shown} names a DBFS host; write dbfs:/path (the workspace's DBFS)")
+    path = rest.lstrip("/")
+    if not path:
+        raise OptionError(f"option '{option}': {shown} is the DBFS root; give a folder under it")
+    if not dbfs_mount.is_dir():
+        raise OptionError(f"option '{option}': {shown} is a DBFS path, read through the {dbfs_mount} mount, which "
+                          f"this machine does not have (it is not a Databricks cluster); give a local path or an "
+                          f"object-store URI (s3://, abfss://, gs://)")
+    return str(dbfs_mount / path)
+
+
+def check_location(option: str, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Fail with OptionError naming ``option`` unless ``location`` can hold the source's tables.
+
+    Local: the folder is created and a probe file written and deleted in it. Object stores and
+    HDFS: the location is looked up with ``storage_options`` (a missing table is fine, a refused
+    credential or an unreachable endpoint is not). Nothing is joined or acquired before this.
+    """
+    shown = redact_location(location)
+    local = _local_path(location)
+    if local is not None:
+        _check_local(option, shown, local)
+        return
+    try:
+        DeltaTable(location, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return  # reachable; the first write creates the table
+    except (OSError, ValueError, RuntimeError) as exc:
+        problem = storage_problem(exc) or "it cannot be opened"
+        detail = _first_line(exc).replace(location, shown)
+        raise OptionError(f"option '{option}': {shown}: {problem} ({detail})") from None
+
+
+def check_source_locations(options: SourceOptions) -> None:
+    """Every location of a source checked, with its storage options, before the driver joins the group."""
+    check_location("stateLocation", options.state_location, options.storage_options)
+    if options.dead_letter_location is not None:
+        check_location("deadLetterLocation", options.dead_letter_location, options.storage_options)
+    if options.group_location is not None:
+        check_location("groupLocation", options.group_location, options.storage_options)
+
+
+def _check_local(option: str, shown: str, path: str) -> None:
+    probe = os.path.join(path, f".sharegroup-probe-{uuid.uuid4().hex}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "wb") as handle:
+            handle.write(b"probe")
+        os.remove(probe)
+    except OSError as exc:
+        why = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+        raise OptionError(f"option '{option}': cannot create and write {shown}: {why}"
+                          f"{'' if exc.filename is None else f' ({exc.filename})'}") from None
+
+
+def _local_path(location: str) -> str | None:
+    if "://" not in location:
+        return os.path.abspath(location)
+    parsed = urlparse(location)
+    return parsed.path if parsed.scheme.lower() == "file" else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,35 @@
+"""What a storage failure means for the user: no access, no store, or something else.
+
+delta-rs reports a refused credential on S3 as an OSError about "privileges", and an endpoint
+that does not answer as a "Generic S3 error ... error sending request". Both used to surface as
+"the table is corrupt", which sends a user looking at a healthy table instead of at the
+storage options; these phrases tell the two causes apart so the message can say which.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACCESS_DENIED", "UNREACHABLE", "storage_problem"]
+
+ACCESS_DENIED = "access denied or no credentials: check the storage options (stateStorage.*)"
+UNREACHABLE = "the store cannot be reached: check its address and the storage options (stateStorage.*)"
+
+#: Phrases of object_store (S3, GCS, Azure), HDFS and the OS for a refused or missing credential.
+_ACCESS_PHRASES = ("lacked the necessary privileges", "403 forbidden", "401 unauthorized", "accessdenied",
+                   "access denied", "invalidaccesskeyid", "signaturedoesnotmatch", "expiredtoken",
+                   "authorizationpermissionmismatch", "authenticationfailed", "authorizationfailure",
+                   "permission denied", "permissiondenied", "no credentials", "missing credentials",
+                   "credentials not found", "unable to load credential", "invalid_grant", "not authorized")
+#: Phrases for an endpoint that never answered: refused, unresolvable, or timed out.
+_UNREACHABLE_PHRASES = ("error sending request", "tcp connect error", "connection refused", "dns error",
+                        "failed to lookup address", "name or service not known", "timed out",
+                        "connection reset", "no route to host", "network is unreachable")
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """``ACCESS_DENIED``, ``UNREACHABLE`` or None (another failure: the caller's own words apply)."""
+    text = str(exc).lower()
+    if isinstance(exc, PermissionError) or any(phrase in text for phrase in _ACCESS_PHRASES):
+        return ACCESS_DENIED
+    if any(phrase in text for phrase in _UNREACHABLE_PHRASES):
+        return UNREACHABLE
+    return None

@@ -1,0 +1,64 @@
+"""Every entry point answers --help in plain text without doing its work; the demo stops cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAREGROUP = Path(sys.executable).parent / "sharegroup"
+
+
+@pytest.mark.parametrize("command", [
+    [sys.executable, "examples/demo.py", "--help"],
+    [sys.executable, "notebooks/spark_submit_job.py", "--help"],
+    [str(SHAREGROUP), "--help"],
+    [str(SHAREGROUP), "broker", "--help"],
+    [str(SHAREGROUP), "kafka", "--help"],
+    [sys.executable, "-m", "sharegroup_source.cli", "--help"],
+], ids=["demo", "spark-submit-job", "sharegroup", "sharegroup-broker", "sharegroup-kafka", "python-m-cli"])
+def test_help_is_plain_text_and_does_no_work(command: list[str], tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: "), done.stdout
+    assert "``" not in done.stdout and "\\\\" not in done.stdout, done.stdout
+    assert time.monotonic() - started < 30
+    assert list(tmp_path.iterdir()) == []  # the demo made no work folder
+
+
+@pytest.mark.timeout(400)
+def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
+    """A real SIGINT to the demo's process group, as a terminal's Ctrl-C sends it, once batches flow."""
+    demo = subprocess.Popen([sys.executable, "examples/demo.py"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    seen: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            seen.append(line)
+            if line.startswith("batch "):
+                break
+        else:
+            pytest.fail(f"the demo ended before its first batch: {''.join(seen)}{demo.stderr.read()}")
+        os.killpg(demo.pid, signal.SIGINT)
+        out, err = demo.communicate(timeout=240)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+    output = "".join(seen) + out
+    assert demo.returncode == 0, f"{output}\n{err}"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    # quiet by default: no raw librdkafka lines, no CONFWARN, no preview notice, no Spark console progress bar
+    for noise in ("|FAIL|", "CONFWARN", "Preview", "[Stage ", "ResolveWriteToStream", "Your hostname"):
+        assert noise not in err, (noise, err)
+    assert "stopping: Ctrl-C" in output and "summary" in output and "stopped by Ctrl-C" in output
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("sharegroup-demo-")] == []

@@ -1,0 +1,139 @@
+"""The package as a user installs it: the built wheel (not editable) in a fresh venv, used from another folder.
+
+The fresh venv takes the dependencies (pyspark, deltalake, ...) from this test venv through a
+``.pth`` line, so nothing is downloaded; the package itself is only the wheel's copy. The
+repository is neither the working directory nor on the path, so nothing is found by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("setup.py", "pyproject.toml", "README.md", "pyspark_sharegroup.py", "sharegroup_source", "state_store")
+
+#: Run in the fresh venv; prints one line per step.
+SESSION_BEFORE_INSTALL = textwrap.dedent("""
+    import importlib, subprocess, sys
+    from pyspark.sql import SparkSession
+
+    OPTIONS = {"kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.group.id": "g", "subscribe": "t",
+               "stateLocation": sys.argv[2]}
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+
+    def load():
+        try:
+            spark.readStream.format("sharegroup").options(**OPTIONS).load()
+            return "found"
+        except Exception as error:  # a Py4JJavaError around SparkClassNotFoundException
+            return "DATA_SOURCE_NOT_FOUND" if "DATA_SOURCE_NOT_FOUND" in str(error) else repr(error)[:2000]
+
+    print("before install:", load(), flush=True)
+    subprocess.run(sys.argv[1].split("\\x1f"), check=True, stdout=subprocess.DEVNULL)
+    importlib.invalidate_caches()
+    print("after install:", load(), flush=True)
+    import sharegroup_source
+    sharegroup_source.register(spark)
+    print("after register:", load(), flush=True)
+    sharegroup_source.register(spark)
+    print("after a second register:", load(), flush=True)
+    spark.stop()
+""")
+
+NEW_SESSION = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    frame = spark.readStream.format("sharegroup").options(**{
+        "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.group.id": "g", "subscribe": "t",
+        "stateLocation": sys.argv[1]}).load()
+    import sharegroup_source
+    print("found", frame.columns[:2], "from", sharegroup_source.__file__, flush=True)
+    spark.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the sources (the build leaves build/ and *.egg-info behind)."""
+    work = tmp_path_factory.mktemp("build")
+    source = work / "source"
+    source.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                    "-w", str(work / "dist"), str(source)], check=True, cwd=work)
+    (built,) = (work / "dist").glob("sharegroup_source-*.whl")
+    return built
+
+
+def fresh_venv(where: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of a new venv that sees this venv's packages but not this package."""
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(where)], check=True)  # type: ignore[attr-defined]
+    python = where / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([str(python), "-c", "import sharegroup_source"], cwd=where, capture_output=True)
+    assert probe.returncode != 0, "the fresh venv must not see the package before the wheel is installed"
+    return python, site
+
+
+def install_command(wheel: Path, site: Path) -> list[str]:
+    """pip installing the wheel's files into the fresh venv (not editable; no index, no dependencies)."""
+    return [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site),
+            str(wheel)]
+
+
+@pytest.mark.timeout(600)
+def test_the_installed_wheel_is_found_and_register_helps_an_older_session(wheel: Path, tmp_path: Path) -> None:
+    python, site = fresh_venv(tmp_path / "venv")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")},
+           "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(python)}
+
+    # a session started before the install (the %pip-into-a-running-session case)
+    (elsewhere / "before.py").write_text(SESSION_BEFORE_INSTALL)
+    before = subprocess.run([str(python), "before.py", "\x1f".join(install_command(wheel, site)),
+                             str(tmp_path / "state1")], cwd=elsewhere, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert before.stdout.splitlines() == [
+        "before install: DATA_SOURCE_NOT_FOUND",
+        "after install: DATA_SOURCE_NOT_FOUND",
+        "after register: found",
+        "after a second register: found",
+    ], before.stderr[-3000:]
+    # register is idempotent: Spark logs this warning when a registration replaces another
+    assert "replaced a previously registered data source" not in before.stderr
+
+    # a session started after the install: Spark's discovery finds pyspark_sharegroup, no register call
+    (elsewhere / "after.py").write_text(NEW_SESSION)
+    after = subprocess.run([str(python), "after.py", str(tmp_path / "state2")], cwd=elsewhere, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert after.stdout.startswith("found ['key', 'value'] from "), after.stdout
+    assert after.stdout.split(" from ")[1].strip().startswith(str(site)), after.stdout
+
+
+def test_the_docs_say_how_a_running_session_finds_the_format() -> None:
+    """The Databricks notebook registers the format (a %pip install into a running session is not
+    discovered), the README says so, and neither names an index the package is not on."""
+    notebook = (ROOT / "notebooks" / "databricks_orders_job.py").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "sharegroup_source.register(spark)" in notebook and "DATA_SOURCE_NOT_FOUND" in notebook
+    assert "### Databricks" in readme and "register(spark)" in readme.split("### Databricks")[1].split("###")[0]
+    for text in (notebook, readme):
+        assert "pip install sharegroup-source" not in text

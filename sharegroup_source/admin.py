@@ -33,8 +33,9 @@ import pyarrow as pa
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from sharegroup_source.coordinators.delta.log_bounds import LogBounds, admin_config
+from sharegroup_source.coordinators.delta.log_bounds import LogBounds
 from sharegroup_source.errors import ClusterError
+from sharegroup_source.kafka_clients import admin_config
 from state_store import UNSETTLED, DeadLetters, EpochStatus, LedgerEntry, RecordState, SharePartition, StateStore
 from state_store.delta_table import local_path
 from state_store.errors import StateStoreError

@@ -14,12 +14,9 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from sharegroup_source.errors import ClusterError
+from sharegroup_source.kafka_clients import admin_config
 
-__all__ = ["LogBounds", "admin_config"]
-
-#: librdkafka settings of a consumer that an admin client does not take (it would warn on each).
-_CONSUMER_ONLY = {"isolation.level", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
-                  "auto.offset.reset", "group.id", "max.poll.records", "fetch.min.bytes", "fetch.wait.max.ms"}
+__all__ = ["LogBounds"]
 
 
 class LogBounds:
@@ -51,8 +48,3 @@ class LogBounds:
         except KafkaException as error:
             raise ClusterError(f"cannot read log offsets at bootstrap.servers={self._servers}: "
                                f"{error.args[0].str()}") from None
-
-
-def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A consumer's settings without those an admin client would warn about on every start."""
-    return {key: value for key, value in config.items() if key not in _CONSUMER_ONLY}

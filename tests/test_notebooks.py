@@ -24,3 +24,4 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     assert "'ACKED'" in printed
     assert "10 dead letters: ['invalid JSON']" in printed
     assert "worker 200 + query 400 records, 600 distinct" in printed
+    assert "payments lag: {0: 150, 1: 150}" in printed

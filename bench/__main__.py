@@ -1,6 +1,6 @@
 """``make bench``: every figure of the source in one run, on the same records.
 
-    python -m bench [--quick] [--only state] [--peers embedded,apache] [--out-dir bench/results]
+    python -m bench [--quick] [--only state|delta] [--peers embedded,apache] [--out-dir bench/results]
 
 Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
 run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
@@ -11,7 +11,12 @@ On the first peer also: (a) the plain loop and (b) the sharegroup query over 1..
 and maxRecordsPerPartition; (e) the state store's cost per epoch; (f) driver memory per 10,000
 records in flight. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against
 10, and one compacted-topic epoch's ledger row in the current and the first encoding (``--only
-state`` measures (g) alone, in about two minutes, into ``<date>-state.*``). Writes
+state`` measures (g) alone, in about two minutes, into ``<date>-state.*``). (h) coordinator=delta,
+on every peer: a plain Consumer reading the same records by assign + seek into Arrow (the data
+path's limit) against coordinator=delta and the broker coordinator into noop, and on Apache Kafka
+Spark's format("kafka"); on the first peer also the acquire and settle commits per epoch, the
+driver's bytes per epoch at 64 B and 4 KiB records, and 1, 2 and 4 member processes on one
+partition (``--only delta`` measures (h) alone, in about three minutes, into ``<date>-delta.*``). Writes
 ``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with --quick) and prints a
 short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the "apache" peer an existing
 Kafka 4.2+ cluster instead of a broker the bench starts.
@@ -41,12 +46,13 @@ from pyspark.sql import SparkSession
 from bench.baseline import plain_share_consumer
 from bench.bounded_state import bounded_state
 from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
+from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
 from bench.headline import CONSUMERS, measure_rounds, summary
 from bench.measure import median_run
 from bench.perf_tool import kafka_perf_tool
-from bench.plot import plot, plot_bounded_state
-from bench.report import TARGET_RATIO, limit_note, state_only_table, table, write_json
+from bench.plot import plot, plot_bounded_state, plot_delta
+from bench.report import TARGET_RATIO, delta_only_table, limit_note, state_only_table, table, write_json
 from bench.sizes import Sizes
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
@@ -94,10 +100,56 @@ def run_state_only(sizes: Sizes, quick: bool) -> dict[str, Any]:
             "elapsed_s": round(time.monotonic() - started), "bounded_state": state}
 
 
+def _delta(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path, say: Callable[[str], None],
+           figures: dict[str, Any]) -> None:
+    """(h) on this peer into ``figures`` (the first peer measured also gets the details)."""
+    measured = measure_delta(kafka, spark, sizes.delta, sizes.main_partitions, scratch / "delta", sizes.run_timeout_s,
+                             say, details="peers" not in figures)
+    figures.setdefault("peers", {})[kafka.kind] = measured.pop("comparison")
+    figures.update(measured)
+
+
+def _delta_figures(sizes: Sizes, peers: list[str]) -> dict[str, Any]:
+    """What (h) ran with, before any peer adds its figures."""
+    delta = sizes.delta
+    return {"detail_peer": peers[0], "partitions": sizes.main_partitions, "records": delta.records, "value_bytes": 64,
+            "options": {"maxRecordsPerTrigger": delta.trigger, "maxRecordsPerPartition": delta.task,
+                        "share.partition.max.record.locks": delta.trigger},
+            "reader_passes": delta.reader_passes, "rounds": delta.rounds, "target": TARGET_RATIO}
+
+
+def _delta_verdict(figures: dict[str, Any]) -> None:
+    """Whether coordinator=delta reached the target share of the plain reader, and of format("kafka"), per peer."""
+    for peer in figures["peers"].values():
+        to_reader = peer["ratio_to_plain_reader"]["delta"]
+        to_kafka = peer["ratio_to_spark_kafka"]["delta"]
+        peer["target_met"] = {"plain_reader": None if to_reader is None else to_reader >= TARGET_RATIO,
+                              "spark_kafka": None if to_kafka is None else to_kafka >= TARGET_RATIO}
+
+
+def run_delta_only(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
+    """``--only delta``: (h) alone, on every peer; one Spark session."""
+    started = time.monotonic()
+    delta = _delta_figures(sizes, peers)
+    spark = local_spark()
+    try:
+        for peer in peers:
+            with bench_kafka(peer) as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch_dir:
+                _delta(kafka, spark, sizes, Path(scratch_dir),
+                       lambda message, peer=peer: _say(f"{peer}: {message}", started), delta)
+    finally:
+        spark.stop()
+    _delta_verdict(delta)
+    return {"date": str(date.today()), "quick": quick, "only": "delta", "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "delta": delta}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
-    """(g), then every figure on the first peer, then the headline (four consumers) on every peer; one Spark session."""
+    """(g), then every figure on the first peer, then the headline (four consumers) and (h) on every peer;
+    one Spark session."""
     started = time.monotonic()
     headline: dict[str, Any] = {}
+    delta = _delta_figures(sizes, peers)
     state = _bounded_state(sizes, lambda message: _say(message, started))
     spark = local_spark()
     try:
@@ -117,8 +169,10 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                     say(f"produced {sizes.records:,} records into a topic with {sizes.main_partitions} partitions")
                 headline[peer] = {"kind": kafka.describe(), **summary(
                     _headline(kafka, spark, topic, sizes, scratch, known, say))}
+                _delta(kafka, spark, sizes, scratch, say, delta)
     finally:
         spark.stop()
+    _delta_verdict(delta)
     main = str(sizes.main_partitions)
     ratio = details["source"][main]["throughput"]["records_per_s"] / max(
         details["baseline"][main]["throughput"]["records_per_s"], 1)
@@ -137,6 +191,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         "delta_commits_per_epoch": commits["calls_per_epoch"],
         "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
         "bounded_state": state,
+        "delta": delta,
     }
 
 
@@ -222,17 +277,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
                              "figures (a) to (f) are measured on the first, the headline on each")
-    parser.add_argument("--only", choices=["state"],
-                        help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs)")
+    parser.add_argument("--only", choices=["state", "delta"],
+                        help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
+                             "delta: only (h) coordinator=delta, on every peer of --peers")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
-    figures = run_state_only(sizes, args.quick) if args.only else run(sizes, args.quick, args.peers)
+    runs = {"state": lambda: run_state_only(sizes, args.quick), "delta": lambda: run_delta_only(sizes, args.quick,
+                                                                                                 args.peers)}
+    figures = runs[args.only]() if args.only else run(sizes, args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
-    (plot_bounded_state if args.only else plot)(figures, args.out_dir / f"{stem}.png")
+    outputs = {None: (plot, table), "state": (plot_bounded_state, state_only_table),
+               "delta": (plot_delta, delta_only_table)}
+    draw, text = outputs[args.only]
+    draw(figures, args.out_dir / f"{stem}.png")
     print()
-    print(state_only_table(figures) if args.only else table(figures))
+    print(text(figures))
     print(f"\nfigures written to {args.out_dir / stem}.json and .png")
     return figures
 

@@ -10,7 +10,7 @@ with its error instead of a figure, and not tried again on that peer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.measure import median_run
@@ -27,8 +27,9 @@ CONSUMERS = {
 
 
 def measure_rounds(consumers: dict[str, Callable[[], dict[str, Any]]], rounds: int,
-                   say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """``rounds`` runs of each consumer, interleaved; the median run of each, or its error."""
+                   say: Callable[[str], None], labels: Mapping[str, str] = CONSUMERS) -> dict[str, dict[str, Any]]:
+    """``rounds`` runs of each consumer, interleaved; the median run of each, or its error (``labels`` name
+    the consumers in messages)."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in consumers}
     errors: dict[str, str] = {}
     for _ in range(rounds):
@@ -39,9 +40,9 @@ def measure_rounds(consumers: dict[str, Callable[[], dict[str, Any]]], rounds: i
                 runs[name].append(consume())
             except Exception as error:  # reported in the figures; the other consumers go on
                 errors[name] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
-                say(f"{CONSUMERS[name]}: failed: {errors[name][:160]}")
+                say(f"{labels[name]}: failed: {errors[name][:160]}")
                 continue
-            say(f"{CONSUMERS[name]}: {runs[name][-1]['throughput']['records_per_s']:,} records/s")
+            say(f"{labels[name]}: {runs[name][-1]['throughput']['records_per_s']:,} records/s")
     return {name: {**(median_run(runs[name]) if runs[name] else {}), **({"error": errors[name]} if name in errors
                                                                         else {})} for name in consumers}
 

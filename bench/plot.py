@@ -16,10 +16,11 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bench.delta_coordinator import DELTA_CONSUMERS
 from bench.headline import CONSUMERS
 from bench.report import TARGET_RATIO
 
-__all__ = ["plot", "plot_bounded_state"]
+__all__ = ["plot", "plot_bounded_state", "plot_delta"]
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -29,13 +30,18 @@ def _rate(run: dict[str, Any]) -> float:
 def plot(figures: dict[str, Any], path: Path) -> None:
     main = str(figures["main_partitions"])
     state = figures.get("bounded_state")
+    delta = figures.get("delta")
     rows = [["headline", "headline"], ["top_left", "top_right"], ["bottom_left", "bottom_right"]]
-    fig = Figure(figsize=(13, 18 if state else 14))
+    height = 14 + (4 if state else 0) + (5 if delta else 0)
+    fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
-    axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else []),
-                              height_ratios=[1.15, 1, 1] + ([0.8] if state else []))
+    axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
+                              + ([["delta_left", "delta_right"]] if delta else []),
+                              height_ratios=[1.15, 1, 1] + ([0.8] if state else []) + ([1] if delta else []))
     if state:
         _bounded_state(axes["state_left"], axes["state_right"], state)
+    if delta:
+        _delta(axes["delta_left"], axes["delta_right"], delta)
     top_left, top_right = axes["top_left"], axes["top_right"]
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
     fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: "
@@ -81,7 +87,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     bottom_right.set_title("(c) where a micro-batch's time goes")
     bottom_right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
 
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # half an inch for the title, whatever the height
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -96,6 +102,67 @@ def plot_bounded_state(figures: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def plot_delta(figures: dict[str, Any], path: Path) -> None:
+    """``--only delta``: the two (h) panels alone."""
+    fig = Figure(figsize=(13, 5.5))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: coordinator=delta, "
+                 f"{figures['machine']['cpus']} cores")
+    _delta(left, right, figures["delta"])
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def _delta(left: Any, right: Any, delta: dict[str, Any]) -> None:
+    """Records/s of the plain reader, delta, broker and format("kafka") per peer, with the target; members on one
+    partition with their lost races, titled with the coordination cost and driver bytes per epoch."""
+    peers = delta["peers"]
+    colors = ["#777777", "#31a354", "#3182bd", "#e6550d"]
+    width = 0.8 / len(DELTA_CONSUMERS)
+    top = max((rate or 0 for peer in peers.values() for rate in peer["records_per_s"].values()), default=0) or 1
+    for index, ((name, label), color) in enumerate(zip(DELTA_CONSUMERS.items(), colors, strict=True)):
+        for group, peer in enumerate(peers.values()):
+            x = group + (index - (len(DELTA_CONSUMERS) - 1) / 2) * width
+            rate = peer["records_per_s"][name]
+            left.bar(x, rate or 0, width, color=color, label=label if group == 0 else None)
+            to_reader = peer["ratio_to_plain_reader"][name]
+            text = "n/a" if rate is None else f"{rate:,}" + (
+                f"\n{to_reader:.2f}x" if to_reader is not None and name != "plain_reader" else "")
+            left.text(x, (rate or 0) + top * 0.01, text, ha="center", va="bottom", fontsize=7)
+    for group, peer in enumerate(peers.values()):
+        reader = peer["records_per_s"]["plain_reader"]
+        if reader:
+            left.hlines(TARGET_RATIO * reader, group - 0.45, group + 0.45, colors="red", linestyles="--",
+                        label=f"target: {TARGET_RATIO} x plain reader" if group == 0 else None)
+    left.set_xticks(range(len(peers)), [f"{peer} Kafka" for peer in peers])
+    left.set_ylim(0, top * 1.3)
+    left.set_ylabel("records/s, steady state")
+    options = delta["options"]
+    left.set_title(f"(h) coordinator=delta, {delta['partitions']} partitions, batches of "
+                   f"{options['maxRecordsPerTrigger']:,} / tasks of {options['maxRecordsPerPartition']:,}")
+    left.legend(fontsize=7, loc="upper right")
+    if "members" not in delta:
+        right.set_axis_off()
+        return
+    members = delta["members"]["by_members"]
+    counts = list(members)
+    rates = [_rate(run) for run in members.values()]
+    right.bar([f"{n} member{'s' if n != '1' else ''}" for n in counts], rates, color="#31a354")
+    for n, rate, run in zip(counts, rates, members.values(), strict=True):
+        right.text(f"{n} member{'s' if n != '1' else ''}", rate, f"{rate:,.0f}/s\n{run['lost_races']:,} lost races",
+                   ha="center", va="bottom", fontsize=8)
+    right.set_ylim(0, max(rates, default=0) * 1.35 or 1)
+    right.set_ylabel("records/s, all members")
+    cost, size = delta["coordination"], delta["driver_bytes"]
+    right.set_title(f"(h) DeltaShareConsumer processes on ONE partition\n"
+                    f"per {cost['records_per_epoch_p50']:,.0f}-record epoch: acquire "
+                    f"{cost['acquire']['p50_ms']:.0f} ms, settle {cost['settle']['p50_ms']:.0f} ms p50; "
+                    f"driver sends {cost['driver_bytes_per_epoch_p50']:,.0f} B\n(4 KiB records: "
+                    f"{size['ratio_4096_to_64']}x the bytes of 64 B records)", fontsize=9)
 
 
 def _bounded_state(left: Any, right: Any, state: dict[str, Any]) -> None:

@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.delta_coordinator import DELTA_CONSUMERS
 from bench.headline import CONSUMERS
 
-__all__ = ["TARGET_RATIO", "bounded_state_table", "limit_note", "state_only_table", "table", "write_json"]
+__all__ = ["TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "limit_note", "state_only_table",
+           "table", "write_json"]
 
 #: format("sharegroup") -> noop must reach this share of the plain ShareConsumer's records/s.
 TARGET_RATIO = 0.8
@@ -103,6 +105,88 @@ def bounded_state_table(state: dict[str, Any]) -> list[str]:
             f"first versions' encoding ({row['missing_offsets']:,} missing offsets): {row['legacy_to_current']}x"]
 
 
+def _verdict(met: bool | None) -> str:
+    return "n/a" if met is None else "met" if met else "NOT met"
+
+
+def delta_table(delta: dict[str, Any]) -> list[str]:
+    """(h): coordinator=delta against the plain reader (and format("kafka")) on every peer, then the first peer's
+    coordination cost, driver bytes and members on one partition."""
+    peers = delta["peers"]
+    options = delta["options"]
+    width = sum(_CELL)
+    lines = [f"(h) coordinator=delta: the same {delta['records']:,} records of {delta['value_bytes']} B in "
+             f"{delta['partitions']} partitions, maxRecordsPerTrigger {options['maxRecordsPerTrigger']:,}, "
+             f"maxRecordsPerPartition {options['maxRecordsPerPartition']:,}; medians of {delta['rounds']} "
+             "interleaved round(s)",
+             f"{'':<46}" + "".join(f"{peer + ' Kafka':>{width}}" for peer in peers),
+             f"{'consumer':<46}" + _cell("records/s", "/reader", "/kafka") * len(peers)]
+    for name, label in DELTA_CONSUMERS.items():
+        cells = [f"{'n/a':>{width}}" if peer["records_per_s"][name] is None else
+                 _cell(f"{peer['records_per_s'][name]:,}", _ratio(peer["ratio_to_plain_reader"][name]),
+                       _ratio(peer["ratio_to_spark_kafka"][name])) for peer in peers.values()]
+        lines.append(f"{label:<46}" + "".join(cells))
+    batch_ms = [[peer["runs"].get(name, {}).get("batch_phases_p50_ms", {}).get("triggerExecution")
+                 for name in ("delta", "broker", "spark_kafka")] for peer in peers.values()]
+    lines.append(f"{'Spark batch p50 ms, delta / broker / kafka':<46}" + "".join(
+        f"{' / '.join('-' if ms is None else f'{ms:,.0f}' for ms in trio):>{width}}" for trio in batch_ms))
+    lines.append(f"{'target ' + str(delta['target']) + ' x plain reader / x format(kafka)':<46}" + "".join(
+        f"{_verdict(peer['target_met']['plain_reader']) + ' / ' + _verdict(peer['target_met']['spark_kafka']):>{width}}"
+        for peer in peers.values()))
+    for peer, summary in peers.items():
+        phases = summary["runs"]["delta"].get("batch_phases_p50_ms", {})
+        if phases:
+            lines.append(f"where a delta batch's time goes on {peer} (p50 ms): " + ", ".join(
+                f"{k} {v:,.0f}" for k, v in phases.items()))
+    lines += [f"n/a on {peer}: {DELTA_CONSUMERS[name]}: {error}"
+              for peer, summary in peers.items() for name, error in summary["errors"].items()]
+    if "coordination" not in delta:
+        return lines
+    cost, size, members = delta["coordination"], delta["driver_bytes"], delta["members"]
+
+    def p50_95(figure: dict[str, Any]) -> str:
+        return f"{figure['p50_ms']:>9} / {figure['p95_ms']:<8}"
+
+    by_size = size["by_value_bytes"]
+    lines += ["", f"(h) on the {delta['detail_peer']} peer: the driver in delta mode, {cost['epochs']} epochs of "
+                  f"{cost['records_per_epoch_p50']:,.0f} records ({cost['tasks_per_epoch_p50']:.0f} tasks) in "
+                  f"{cost['passes']} pass(es), ms p50 / p95",
+              f"{'    acquire: one compare-and-swap commit':<58}{p50_95(cost['acquire'])}",
+              f"{'    settle: one compare-and-swap commit':<58}{p50_95(cost['settle'])}",
+              f"{'    latestOffset (settle + acquire + ledger)':<58}{p50_95(cost['latest_offset'])}",
+              f"{'    of which not the two commits (ledger, admitting records)':<58}"
+              f"{p50_95(cost['latest_offset_besides_commits'])}",
+              f"{'    planInputPartitions':<58}{p50_95(cost['plan'])}",
+              f"{'    one task read into Arrow, in this process (no Spark)':<58}{p50_95(cost['task_read'])}",
+              f"{'    driver calls + every task read, no Spark, records/s':<58}"
+              f"{cost['without_spark_records_per_s']:>9,}",
+              f"{'    driver bytes per epoch p50 (pickled InputPartitions)':<58}"
+              f"{cost['driver_bytes_per_epoch_p50']:>9,.0f} ({cost['driver_bytes_per_record']} B per record)",
+              f"    driver bytes per {size['epoch_records']:,}-record epoch: 64 B records "
+              f"{by_size['64']['driver_bytes_per_epoch_p50']:,.0f} B, 4 KiB records "
+              f"{by_size['4096']['driver_bytes_per_epoch_p50']:,.0f} B ({size['ratio_4096_to_64']}x; the records "
+              f"themselves {by_size['4096']['record_bytes_per_epoch']:,.0f} B): "
+              f"{'GROWS' if size['grows_with_record_size'] else 'does not grow'} with record size",
+              "",
+              f"(h) members on ONE partition ({members['records']:,} records, max.poll.records "
+              f"{members['max_poll_records']:,}, DeltaShareConsumer processes)",
+              f"{'members':>10} {'records/s':>10} {'lost races':>11} {'per 1k rec':>11} {'settles':>8} "
+              f"{'failed':>7} {'each member accepted':>24}"]
+    for n, run in members["by_members"].items():
+        per_k = run["lost_races"] / max(run["accepted"], 1) * 1000
+        lines.append(f"{n:>10} {_rate(run):>10} {run['lost_races']:>11,} {per_k:>11.1f} {run['settles']:>8,} "
+                     f"{run['failed_settles']:>7,} {', '.join(f'{a:,}' for a in run['per_member_accepted']):>24}")
+    return lines
+
+
+def delta_only_table(figures: dict[str, Any]) -> str:
+    """``--only delta``: (h) alone."""
+    run = "quick" if figures["quick"] else "full"
+    return "\n".join([f"sharegroup bench {figures['date']} ({run}), coordinator=delta only, "
+                      f"{figures['machine']['cpus']} cores, {figures['elapsed_s']} s", "",
+                      *delta_table(figures["delta"])])
+
+
 def state_only_table(figures: dict[str, Any]) -> str:
     """``--only state``: the bounded-state figures without Kafka or Spark."""
     return "\n".join([f"sharegroup bench {figures['date']}, bounded state only, {figures['machine']['cpus']} cores, "
@@ -166,4 +250,6 @@ def table(figures: dict[str, Any]) -> str:
     lines += ["", figures["limit_note"]]
     if "bounded_state" in figures:
         lines += ["", *bounded_state_table(figures["bounded_state"])]
+    if "delta" in figures:
+        lines += ["", *delta_table(figures["delta"])]
     return "\n".join(lines)

@@ -10,7 +10,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Sizes"]
+__all__ = ["DeltaSizes", "Sizes"]
+
+
+@dataclass(frozen=True)
+class DeltaSizes:
+    """How big (h), the coordinator=delta figures, are."""
+
+    #: records of 64 B in the 4-partition topic every consumer of the comparison reads
+    records: int
+    #: maxRecordsPerTrigger / maxRecordsPerPartition of the Spark queries (and maxOffsetsPerTrigger)
+    trigger: int
+    task: int
+    rounds: int
+    #: passes of the plain reader over the topic per run; the first is a warm-up
+    reader_passes: int
+    #: driver passes (a fresh group each) for the coordination cost, epochs pooled
+    coordination_passes: int
+    #: records per topic and per epoch for driver bytes at 64 B and 4 KiB (the embedded broker keeps 5 MiB
+    #: per partition, so 4 KiB records cannot fill a user's batch of tens of thousands)
+    bytes_records: int
+    bytes_epoch: int
+    #: records in the one-partition topic the members share, and each member's max.poll.records (500 is
+    #: DeltaShareConsumer's default)
+    member_records: int
+    member_poll_records: int
+    member_counts: tuple[int, ...] = (1, 2, 4)
+    member_rounds: int = 1
 
 
 @dataclass(frozen=True)
@@ -33,6 +59,8 @@ class Sizes:
     ledger_epochs: int
     #: batches the memory pass measures after one warm-up batch
     memory_batches: int
+    #: (h) coordinator=delta
+    delta: DeltaSizes
     #: (g) the long-lived state a driver restarts on: epochs of contiguous records each
     state_epochs: int = 10_000
     state_records_per_epoch: int = 10_000
@@ -45,11 +73,17 @@ class Sizes:
     def full(cls) -> Sizes:
         return cls(records=50_000, value_bytes=64, partition_counts=(1, 2, 4, 8), main_partitions=4,
                    max_records_per_partition=(500, 2_000, 10_000), baseline_repeats=3, source_repeats=3,
-                   scaling_repeats=1, headline_repeats=3, ledger_epochs=200, memory_batches=4)
+                   scaling_repeats=1, headline_repeats=3, ledger_epochs=200, memory_batches=4,
+                   delta=DeltaSizes(records=100_000, trigger=20_000, task=5_000, rounds=2, reader_passes=8,
+                                    coordination_passes=2, bytes_records=4_000, bytes_epoch=1_000,
+                                    member_records=30_000, member_poll_records=500))
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(records=30_000, value_bytes=64, partition_counts=(1, 4), main_partitions=4,
                    max_records_per_partition=(1_000, 10_000), baseline_repeats=3, source_repeats=1,
                    scaling_repeats=1, headline_repeats=1, ledger_epochs=40, memory_batches=2, run_timeout_s=90.0,
-                   state_epochs=2_000)
+                   state_epochs=2_000,
+                   delta=DeltaSizes(records=60_000, trigger=20_000, task=5_000, rounds=1, reader_passes=4,
+                                    coordination_passes=1, bytes_records=2_000, bytes_epoch=500,
+                                    member_records=10_000, member_poll_records=500))

@@ -1,6 +1,6 @@
 """``make bench``: every figure of the source in one run, on the same records.
 
-    python -m bench [--quick] [--only state|delta] [--peers embedded,apache] [--out-dir bench/results]
+    python -m bench [--quick] [--only state|delta|admin] [--peers embedded,apache] [--out-dir bench/results]
 
 Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
 run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import SparkSession
 
+from bench import admin_bench
 from bench.baseline import plain_share_consumer
 from bench.bounded_state import bounded_state
 from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
@@ -52,7 +53,15 @@ from bench.headline import CONSUMERS, measure_rounds, summary
 from bench.measure import median_run
 from bench.perf_tool import kafka_perf_tool
 from bench.plot import plot, plot_bounded_state, plot_delta
-from bench.report import TARGET_RATIO, delta_only_table, limit_note, state_only_table, table, write_json
+from bench.report import (
+    TARGET_RATIO,
+    admin_table,
+    delta_only_table,
+    limit_note,
+    state_only_table,
+    table,
+    write_json,
+)
 from bench.sizes import Sizes
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
@@ -144,6 +153,28 @@ def run_delta_only(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any
             "elapsed_s": round(time.monotonic() - started), "delta": delta}
 
 
+#: (i): describing this many Delta groups of ADMIN_PARTITIONS share-partitions, one call against one per group.
+ADMIN_GROUPS, ADMIN_PARTITIONS, ADMIN_ROUNDS = 100, 8, 2
+
+
+def _admin(kafka: KafkaUnderTest, scratch: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """(i) on this peer: describe_groups over many groups in one call, against the naive loop, same run."""
+    figures = admin_bench.run(kafka, scratch / "admin", groups=ADMIN_GROUPS, partitions=ADMIN_PARTITIONS,
+                              rounds=ADMIN_ROUNDS)
+    say(f"(i) describe {ADMIN_GROUPS} groups: one call {figures['one_call']['wall_s']} s, one at a time "
+        f"{figures['one_group_at_a_time']['wall_s']} s")
+    return {"peer": kafka.kind, **figures}
+
+
+def run_admin_only(peers: list[str]) -> dict[str, Any]:
+    """``--only admin``: (i) alone, on the first peer."""
+    started = time.monotonic()
+    with bench_kafka(peers[0]) as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch:
+        admin = _admin(kafka, Path(scratch), lambda message: _say(message, started))
+    return {"date": str(date.today()), "only": "admin", "quick": False, "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "admin": admin}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     """(g), then every figure on the first peer, then the headline (four consumers) and (h) on every peer;
     one Spark session."""
@@ -164,6 +195,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                     main = str(sizes.main_partitions)
                     known = {"sharegroup": details["source"][main], "plain": details["baseline"][main]}
                     topic = details.pop("main_topic")
+                    admin = _admin(kafka, scratch, say)
                 else:
                     topic, known = produce_dataset(kafka, sizes.main_partitions, sizes.records, sizes.value_bytes), {}
                     say(f"produced {sizes.records:,} records into a topic with {sizes.main_partitions} partitions")
@@ -192,6 +224,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
         "bounded_state": state,
         "delta": delta,
+        "admin": admin,
     }
 
 
@@ -277,24 +310,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
                              "figures (a) to (f) are measured on the first, the headline on each")
-    parser.add_argument("--only", choices=["state", "delta"],
+    parser.add_argument("--only", choices=["state", "delta", "admin"],
                         help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
-                             "delta: only (h) coordinator=delta, on every peer of --peers")
+                             "delta: only (h) coordinator=delta, on every peer of --peers; "
+                             "admin: only (i) describing 100 groups, on the first peer")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
-    runs = {"state": lambda: run_state_only(sizes, args.quick), "delta": lambda: run_delta_only(sizes, args.quick,
-                                                                                                 args.peers)}
+    runs = {"state": lambda: run_state_only(sizes, args.quick),
+            "delta": lambda: run_delta_only(sizes, args.quick, args.peers),
+            "admin": lambda: run_admin_only(args.peers)}
     figures = runs[args.only]() if args.only else run(sizes, args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
     outputs = {None: (plot, table), "state": (plot_bounded_state, state_only_table),
-               "delta": (plot_delta, delta_only_table)}
+               "delta": (plot_delta, delta_only_table), "admin": (None, admin_table)}
     draw, text = outputs[args.only]
-    draw(figures, args.out_dir / f"{stem}.png")
+    if draw is not None:
+        draw(figures, args.out_dir / f"{stem}.png")
     print()
     print(text(figures))
-    print(f"\nfigures written to {args.out_dir / stem}.json and .png")
+    print(f"\nfigures written to {args.out_dir / stem}.json{' and .png' if draw is not None else ''}")
     return figures
 
 

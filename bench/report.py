@@ -252,4 +252,24 @@ def table(figures: dict[str, Any]) -> str:
         lines += ["", *bounded_state_table(figures["bounded_state"])]
     if "delta" in figures:
         lines += ["", *delta_table(figures["delta"])]
+    if "admin" in figures:
+        lines += ["", *admin_lines(figures["admin"])]
     return "\n".join(lines)
+
+
+def admin_lines(admin: dict[str, Any]) -> list[str]:
+    """(i): describing many groups in one call against one call per group, measured in the same run."""
+    lines = [f"(i) describe {admin['groups']} Delta groups x {admin['partitions']} partitions on the {admin['peer']} "
+             f"peer (median of {admin['rounds']} rounds)",
+             f"{'':<24}{'wall s':>9}{'Delta reads':>13}{'ListOffsets':>13}{'Metadata':>10}{'admin clients':>15}"]
+    for way in ("one_call", "one_group_at_a_time"):
+        f = admin[way]
+        lines.append(f"{way.replace('_', ' '):<24}{f['wall_s']:>9}{f['delta_table_reads']:>13}"
+                     f"{f['list_offsets_requests']:>13}{f['metadata_requests']:>10}{f['admin_clients']:>15}")
+    lines.append(f"{'one call is faster by':<24}{admin['speedup']:>8}x")
+    return lines
+
+
+def admin_table(figures: dict[str, Any]) -> str:
+    return "\n".join([f"sharegroup bench {figures['date']} --only admin, {figures['elapsed_s']} s", "",
+                      *admin_lines(figures["admin"])])

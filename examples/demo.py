@@ -54,10 +54,9 @@ class StopRequest:
         self.requested = True
 
 
-def produce_orders(servers: str, done: threading.Event, stopping: Callable[[], bool]) -> None:
+def produce_orders(producer: Producer, done: threading.Event, stopping: Callable[[], bool]) -> None:
     """Orders arrive over PRODUCE_SECONDS, as a live system would send them."""
     rng = random.Random(7)
-    producer = Producer(producer_config({"bootstrap.servers": servers, "linger.ms": 20}))
     per_tick = ORDERS // (PRODUCE_SECONDS * 10)
     for order_id in range(ORDERS):
         if stopping():
@@ -171,7 +170,10 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
 
         query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="2 seconds").start())
-        producer = threading.Thread(target=produce_orders, args=(servers, produced, lambda: stop.requested),
+        # one producer for the whole run: on the embedded broker a client connection that closes ends every
+        # share session on the node, so a producer dropped mid-run would fail the query's next acknowledgements
+        orders_producer = Producer(producer_config({"bootstrap.servers": servers, "linger.ms": 20}))
+        producer = threading.Thread(target=produce_orders, args=(orders_producer, produced, lambda: stop.requested),
                                     daemon=True)
         producer.start()
         started = time.monotonic()

@@ -65,11 +65,15 @@ def test_complaints_about_one_broker_collapse_to_one_line_per_interval(caplog: p
 
 def test_an_unreachable_bootstrap_server_prints_no_storm(capfd: pytest.CaptureFixture[str],
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    """Before: about 19 raw librdkafka lines a second on stderr until the error; now one logged line per broker."""
+    """Before: about 19 raw librdkafka lines a second on stderr until the error; now one logged line per broker.
+
+    Only lines about this server count: stderr is the process's, and a test-tooling client of another
+    test's broker that was shut down may complain there meanwhile (seen once, beside a CPU burner)."""
+    server = f"127.0.0.1:{closed_port()}"
     with caplog.at_level(logging.INFO, logger=KAFKA_LOGGER), pytest.raises(ClusterError, match="cannot reach"):
-        ShareClient({"bootstrap.servers": f"127.0.0.1:{closed_port()}", "group.id": "g"}, ["t"],
-                    metadata_timeout_s=4)
-    assert "|FAIL|" not in capfd.readouterr().err
+        ShareClient({"bootstrap.servers": server, "group.id": "g"}, ["t"], metadata_timeout_s=4)
+    raw = [line for line in capfd.readouterr().err.splitlines() if server in line]
+    assert raw == [], f"{len(raw)} raw librdkafka lines about {server}, e.g. {raw[:2]}"
     fails = [r for r in kafka_records(caplog) if "Connection refused" in r.getMessage()]
     assert len(fails) <= 1, [r.getMessage() for r in fails]
 

@@ -32,7 +32,6 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql import SparkSession
@@ -48,7 +47,7 @@ from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.offset_reader import replay_consumer_config
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import read_partition
-from sharegroup_source.schema import arrow_schema
+from sharegroup_source.schema import records_to_arrow
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["DELTA_CONSUMERS", "delta_details", "delta_rounds", "measure_delta"]
@@ -125,7 +124,6 @@ def plain_offset_reader(kafka: KafkaUnderTest, topic: str, partitions: int, reco
     within the pass, and no pass starts with what an earlier one fetched. Like the executors'
     reader it asks for no more records than remain, so no call waits out its timeout for
     records that will never come."""
-    schema = arrow_schema(include_headers=False)
     config = replay_consumer_config(kafka.config())
     deadline = time.monotonic() + timeout_s
     seconds: list[float] = []
@@ -154,7 +152,7 @@ def plain_offset_reader(kafka: KafkaUnderTest, topic: str, partitions: int, reco
                     elif error.code() != KafkaError._PARTITION_EOF:
                         raise KafkaException(error)
                 if batch:
-                    table = _to_arrow(batch, schema)
+                    table = records_to_arrow(batch, 0, include_headers=False)  # as an executor builds it
                     read += table.num_rows
                     payload_bytes += table.column("value").nbytes
             seconds.append(time.perf_counter() - began)
@@ -167,21 +165,6 @@ def plain_offset_reader(kafka: KafkaUnderTest, topic: str, partitions: int, reco
             "passes": passes, "records_per_pass": counts, "pass_seconds": [round(s, 3) for s in seconds],
             "payload_bytes": payload_bytes}
 
-
-def _to_arrow(messages: list[Message], schema: pa.Schema) -> pa.Table:
-    """Messages as the output table (no headers): what a reader of the data path must build."""
-    timestamps = [m.timestamp() for m in messages]
-    return pa.Table.from_pydict({
-        "key": [m.key() for m in messages],
-        "value": [m.value() for m in messages],
-        "topic": [m.topic() for m in messages],
-        "partition": [m.partition() for m in messages],
-        "offset": [m.offset() for m in messages],
-        "timestamp": [ms * 1000 if kind else None for kind, ms in timestamps],
-        "timestampType": [kind - 1 for kind, _ in timestamps],
-        "deliveryCount": [1] * len(messages),
-        "epoch": [0] * len(messages),
-    }, schema=schema)
 
 
 # -- figures on the first peer --------------------------------------------------------------------

@@ -21,7 +21,7 @@ from sharegroup_source.errors import OptionError
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.apache_kafka import ApacheKafka
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store import RecordState, StateStore
+from state_store import RecordState, StateStore, StateStoreError
 from state_store.errors import GroupSettingsError
 from state_store.group import GroupStore
 from tests.delta_worker import spawn
@@ -206,7 +206,7 @@ def test_group_settings_conflicts_and_bad_locations_fail_clearly(kafka, tmp_path
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     from sharegroup_source.coordinators.delta import DeltaCoordinator
-    with pytest.raises(Exception, match="a-file"):
+    with pytest.raises(StateStoreError, match=r"a-file is a file, not a directory"):
         DeltaCoordinator.join(setup.source_options(groupLocation=str(blocked / "group")), None, "run")
 
 

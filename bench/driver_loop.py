@@ -37,7 +37,6 @@ from confluent_kafka import ShareConsumer
 
 from bench.measure import percentiles_ms
 from sharegroup_source import micro_batch
-from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.micro_batch import MicroBatchDriver, offset_ranges, payload_partitions
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import records_to_arrow
@@ -59,7 +58,7 @@ _BUCKETS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("records -> Arrow", records_to_arrow),
     ("ledger entry from records", offset_ranges),
     ("partitions: sort + Arrow IPC", payload_partitions),
-    ("staging acks (acknowledge_offset)", ShareClient.acknowledge),
+    ("staging acks (acknowledge_offset)", ShareConsumer.acknowledge_offset),
 )
 _CALLS = (MicroBatchDriver.latest_offset, MicroBatchDriver.plan, MicroBatchDriver.commit)
 #: The connector's own code, for the self-time hot spots that explain "other connector Python".

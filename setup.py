@@ -21,6 +21,7 @@ setup(
         "deltalake>=1.6,<2",
         "pyarrow>=15,<30",
         "pandas>=2.2,<3",
+        "numpy>=1.26,<3",
     ],
     extras_require={
         "test": [

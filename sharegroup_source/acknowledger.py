@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 import pyarrow as pa
 
-from sharegroup_source.acks import Ack, AckType, record_keys
+from sharegroup_source.acks import Ack, AckRun, AckType, record_keys, runs_of
 from sharegroup_source.coordinators import Coordinator
 from sharegroup_source.schema import POSITIONS, has_payload
-from state_store import EpochStatus, FencedError, LedgerEntry, SourceCounters, StateStore
+from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
 
 __all__ = ["Acknowledger"]
 
@@ -53,9 +53,7 @@ class Acknowledger:
         if not entries:
             return {}
         decisions = self._store.decisions.for_epochs(self._group_id, [e.epoch for e in entries])
-        acks = [Ack(r.topic, r.partition, offset, AckType(decisions.get((r.topic, r.partition, offset),
-                                                                        (AckType.ACCEPT, None))[0]))
-                for entry in entries for r in entry.ranges for offset in r.offsets()]
+        acks = [run for entry in entries for r in entry.ranges for run in _decided(r, decisions)]
         rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == AckType.REJECT}
         if rejected:
             for entry in entries:
@@ -96,7 +94,8 @@ class Acknowledger:
     def release(self, entries: Iterable[LedgerEntry]) -> None:
         """Give uncommitted epochs back to the group, so other members need not wait for expiry."""
         entries = list(entries)
-        acks = [Ack(r.topic, r.partition, o, AckType.RELEASE) for e in entries for r in e.ranges for o in r.offsets()]
+        acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
+                for e in entries for r in e.ranges for first, last in r.spans()]
         if acks:
             # status first: if the process dies before the acks leave, the locks expire anyway
             try:
@@ -105,16 +104,19 @@ class Acknowledger:
                 log.warning("%s", fenced)
             self.send(acks)
 
-    def send(self, acks: list[Ack]) -> set[tuple[str, int]]:
+    def send(self, acks: list[AckRun]) -> set[tuple[str, int]]:
         """Have the coordinator settle ``acks``; returns the share-partitions whose acknowledgement failed."""
         if not acks:
             return set()
         failures = self._coordinator.acknowledge(acks)
-        by_type = Counter(a.type for a in acks if (a.topic, a.partition) not in failures)
+        by_type: Counter[AckType] = Counter()
+        for run in acks:
+            if (run.topic, run.partition) not in failures:
+                by_type[run.type] += run.size
         self._counters.accepted += by_type[AckType.ACCEPT]
         self._counters.released += by_type[AckType.RELEASE]
         self._counters.rejected += by_type[AckType.REJECT]
-        self._counters.ack_failures += sum((a.topic, a.partition) in failures for a in acks)
+        self._counters.ack_failures += sum(run.size for run in acks if (run.topic, run.partition) in failures)
         for (topic, partition), reason in sorted(failures.items()):
             log.warning("acknowledgement of %s[%d] failed (%s); its records will be redelivered and "
                         "deduplicated", topic, partition, reason)
@@ -136,6 +138,15 @@ class Acknowledger:
                         "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
                         "option checkpointLocation so that acknowledgements do not wait for the next trigger",
                         entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)
+
+
+def _decided(held: OffsetRange, decisions: Mapping[tuple[str, int, int], tuple[str, str | None]]) -> list[AckRun]:
+    """How ``held``'s records are settled, as runs: ACCEPT, unless a decision recorded for a record says otherwise."""
+    if not any(key[:2] == (held.topic, held.partition) for key in decisions):
+        return [AckRun(held.topic, held.partition, first, last) for first, last in held.spans()]
+    return runs_of(Ack(held.topic, held.partition, offset,
+                       AckType(decisions.get((held.topic, held.partition, offset), (AckType.ACCEPT, None))[0]))
+                   for offset in held.offsets())
 
 
 def _positions(entry: LedgerEntry, wanted: Mapping[tuple[str, int, int], object]) -> pa.Table:

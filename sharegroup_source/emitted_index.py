@@ -11,6 +11,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+import numpy as np
+
 from state_store import LedgerEntry, OffsetRange
 
 __all__ = ["EmittedIndex"]
@@ -67,6 +69,15 @@ class EmittedIndex:
         del reach[start:]
         for last, _, _ in ranges[start:]:
             reach.append(max(last, reach[-1]) if reach else last)
+
+    def may_hold(self, topic: str, partition: int, offsets: np.ndarray) -> np.ndarray:
+        """Per offset of one topic-partition, whether a range of the index spans it (``epoch_of`` says if it
+        holds it): an acquisition's new records are told apart at once, not one by one."""
+        firsts = self._firsts.get((topic, partition))
+        if not firsts:
+            return np.zeros(len(offsets), np.bool_)
+        at = np.searchsorted(np.asarray(firsts), offsets, side="right") - 1
+        return (at >= 0) & (np.asarray(self._reach[(topic, partition)])[np.maximum(at, 0)] >= offsets)
 
     def epoch_of(self, topic: str, partition: int, offset: int) -> int | None:
         """The latest epoch that emitted this record, or None if this query never emitted it."""

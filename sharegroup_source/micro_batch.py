@@ -19,10 +19,11 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from sharegroup_source.acknowledger import Acknowledger
-from sharegroup_source.acks import Ack, AckType, record_keys, releases
+from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
 from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.coordinators import open_coordinator
@@ -33,7 +34,7 @@ from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
-from sharegroup_source.schema import NO_RECORDS, has_payload, row_bytes, to_ipc
+from sharegroup_source.schema import NO_RECORDS, by_partition, has_payload, row_bytes, spans, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
@@ -330,15 +331,18 @@ class MicroBatchDriver:
         A redelivery of a record this query emitted gets the outcome decided for it then (ACCEPT
         unless recorded otherwise); one that was RELEASEd on purpose is emitted again. Records
         past ``maxDeliveries`` are rejected; records past the AvailableNow target are given
-        back; records past the read limit wait in the backlog for the next epochs.
+        back; records past the read limit wait in the backlog for the next epochs. Only rows that
+        may be any of those are looked at one by one; the rest are admitted as a whole.
         """
-        admitted: list[int] = []  # rows, in acquisition order
-        came_back: list[int | None] = []  # per admitted row: the epoch that emitted it before, if any
+        admitted = ~self._worth_a_look(records)
+        came_back: dict[int, int] = {}  # admitted row -> the epoch that emitted (and released) it before
         immediate: list[Ack] = []
         rejected: dict[tuple[str, int, int], str | None] = {}
         deduped: list[tuple[int, tuple[str, int, int]]] = []  # (the epoch that emitted it, record)
-        counts = records.column("deliveryCount").to_pylist()
-        for row, key in enumerate(record_keys(records)):
+        looked = np.flatnonzero(~admitted)
+        candidates = records.take(pa.array(looked, pa.int64()))
+        for row, key, count in zip(looked.tolist(), record_keys(candidates),
+                                   candidates.column("deliveryCount").to_pylist(), strict=True):
             epoch = self._emitted.epoch_of(*key)
             earlier = self._decision(epoch, key) if epoch is not None else None
             if epoch is not None and earlier is not None and earlier[0] != AckType.RELEASE:
@@ -347,26 +351,46 @@ class MicroBatchDriver:
                 self.counters.redeliveries_deduped += 1
                 if earlier[0] == AckType.REJECT:
                     rejected[key] = earlier[1]
-            elif self._options.max_deliveries and counts[row] > self._options.max_deliveries:
+            elif self._options.max_deliveries and count > self._options.max_deliveries:
                 immediate.append(Ack(*key, AckType.REJECT))
                 rejected[key] = MAX_DELIVERIES_REASON
             elif self._beyond_target(key):
                 immediate.append(Ack(*key, AckType.RELEASE))
                 self._past_target = True
             else:
-                admitted.append(row)
-                came_back.append(epoch)
-        admitted_records = records.take(pa.array(admitted, pa.int64()))
+                admitted[row] = True
+                if epoch is not None:
+                    came_back[row] = epoch
+        rows = np.flatnonzero(admitted)  # in acquisition order
+        admitted_records = records.take(pa.array(rows, pa.int64()))
         cut = epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger)
         # released on purpose before, emitted again now in a new epoch
-        self._came_back([epoch for epoch in came_back[:cut] if epoch is not None])
+        self._came_back([epoch for row, epoch in came_back.items() if cut and row <= rows[cut - 1]])
         if rejected:
             self._acks.dead_letter(records, rejected)
-        failed = self._acks.send(immediate)
+        failed = self._acks.send(runs_of(immediate))
         self._came_back([epoch for epoch, key in deduped if key[:2] not in failed])
         if cut < admitted_records.num_rows:
             self._backlog.keep(admitted_records.slice(cut), acquired_at_ms)
         return admitted_records.slice(0, cut)
+
+    def _worth_a_look(self, records: pa.Table) -> np.ndarray:
+        """Per row, whether it may be a redelivery of an emitted record, past ``maxDeliveries`` or past the
+        AvailableNow target: found per topic-partition, without a loop per record."""
+        look = np.zeros(records.num_rows, np.bool_)
+        if self._options.max_deliveries:
+            look |= records.column("deliveryCount").to_numpy() > self._options.max_deliveries
+        if not len(self._emitted) and self._available_now is None:
+            return look
+        numbered = records.select(["topic", "partition", "offset"]).append_column(
+            "row", pa.array(np.arange(records.num_rows), pa.int64()))
+        for topic, partition, rows in by_partition(numbered):
+            offsets = rows.column("offset").to_numpy()
+            hit = self._emitted.may_hold(topic, partition, offsets)
+            if self._available_now is not None:
+                hit |= offsets >= self._available_now.get((topic, partition), 0)
+            look[rows.column("row").to_numpy()[hit]] = True
+        return look
 
     def _dead_letter_archived(self) -> None:
         """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept."""
@@ -400,12 +424,13 @@ class MicroBatchDriver:
 
 def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:
     """An output table's records as the ledger keeps them: per topic-partition, offsets and delivery counts."""
-    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for (topic, partition, offset), count in zip(record_keys(records), records.column("deliveryCount").to_pylist(),
-                                                 strict=True):
-        by_partition.setdefault((topic, partition), []).append((offset, count))
-    return tuple(OffsetRange.of(topic, partition, sorted(pairs))
-                 for (topic, partition), pairs in sorted(by_partition.items()))
+    ranges = []
+    for topic, partition, rows in by_partition(records):
+        offsets, counts = rows.column("offset"), rows.column("deliveryCount").to_numpy()
+        again = np.flatnonzero(counts != 1)
+        redelivered = zip(offsets.to_numpy()[again].tolist(), counts[again].tolist(), strict=True)
+        ranges.append(OffsetRange.of_spans(topic, partition, spans(offsets), tuple(redelivered)))
+    return tuple(ranges)
 
 
 def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> list[PayloadPartition]:
@@ -425,12 +450,7 @@ def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> l
 
 
 def replay_partitions(entry: LedgerEntry, options: SourceOptions) -> list[ReplayPartition]:
-    """A ledgered epoch's tasks, offsets only (maxRecordsPerPartition each): executors read them back from Kafka."""
-    size = options.max_records_per_partition
-    parts = []
-    for r in entry.ranges:
-        offsets, counts = r.offsets(), list(r.delivery_counts)
-        for at in range(0, len(offsets), size):
-            parts.append(ReplayPartition(entry.epoch, r.topic, r.partition, offsets[at:at + size], counts[at:at + size],
-                                         options.include_headers, options.fail_on_data_loss, options.replay_config))
-    return parts
+    """A ledgered epoch's tasks, offset ranges only (maxRecordsPerPartition each): executors read them back."""
+    return [ReplayPartition(entry.epoch, piece, options.include_headers, options.fail_on_data_loss,
+                            options.replay_config)
+            for r in entry.ranges for piece in r.split(options.max_records_per_partition)]

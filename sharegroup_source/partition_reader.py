@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
@@ -19,6 +20,7 @@ from sharegroup_source.errors import DataLossError
 from sharegroup_source.offset_reader import OffsetRangeReader
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
+from state_store import OffsetRange
 
 __all__ = ["PayloadPartition", "ReplayPartition", "read_back", "read_partition"]
 
@@ -36,21 +38,19 @@ class PayloadPartition(InputPartition):
 
 @dataclass
 class ReplayPartition(InputPartition):
-    """Offsets of one topic-partition of a ledgered epoch, to read back by position."""
+    """Records of one topic-partition of a ledgered epoch, as a range, to read back by position: a
+    task's size on the wire follows its gaps, not its records."""
 
     epoch: int
-    topic: str
-    partition: int
-    offsets: list[int]
-    delivery_counts: list[int]
+    records: OffsetRange
     include_headers: bool
     fail_on_data_loss: bool
     client_config: Mapping[str, str] = field(repr=False)
 
     def __repr__(self) -> str:
-        return (f"ReplayPartition(epoch={self.epoch}, {self.topic}[{self.partition}] "
-                f"{self.offsets[0]}..{self.offsets[-1]} ({len(self.offsets)} records), "
-                f"config={redact(self.client_config)})")
+        r = self.records
+        return (f"ReplayPartition(epoch={self.epoch}, {r.topic}[{r.partition}] {r.first}..{r.last} "
+                f"({r.record_count} records), config={redact(self.client_config)})")
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -63,17 +63,26 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _replay(part: ReplayPartition) -> pa.Table:
+    held = part.records
     with OffsetRangeReader(part.client_config) as reader:
-        result = reader.read(part.topic, part.partition, part.offsets)
+        result = reader.read(held.topic, held.partition, held.offsets())
     if result.missing and part.fail_on_data_loss:
         shown = ", ".join(map(str, result.missing[:10])) + (" ..." if len(result.missing) > 10 else "")
         raise DataLossError(
-            f"epoch {part.epoch}: {len(result.missing)} record(s) of {part.topic}[{part.partition}] recorded in the "
+            f"epoch {part.epoch}: {len(result.missing)} record(s) of {held.topic}[{held.partition}] recorded in the "
             f"ledger are no longer in the log (offsets {shown}); set failOnDataLoss=false to skip them"
         )
-    counts = {(part.topic, part.partition, o): c for o, c in zip(part.offsets, part.delivery_counts, strict=True)}
-    records = sorted(result.records, key=message_key)
-    return records_to_arrow(records, part.epoch, part.include_headers, counts)
+    table = records_to_arrow(result.records, part.epoch, part.include_headers).sort_by("offset")
+    if not held.redelivered:
+        return table
+    offsets = table.column("offset").to_numpy()
+    counts = np.ones(len(offsets), np.int32)
+    again, times = np.array(held.redelivered, np.int64).T
+    at = np.searchsorted(offsets, again)
+    read = at < len(offsets)
+    read[read] = offsets[at[read]] == again[read]
+    counts[at[read]] = times[read]
+    return table.set_column(table.schema.get_field_index("deliveryCount"), "deliveryCount", pa.array(counts))
 
 
 def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table:
@@ -87,6 +96,7 @@ def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table
     for topic, partition, offset in counts:
         wanted.setdefault((topic, partition), []).append(offset)
     with OffsetRangeReader(client_config) as reader:
-        records = [m for (topic, partition), offsets in sorted(wanted.items())
-                   for m in reader.read(topic, partition, offsets).records]
-    return records_to_arrow(sorted(records, key=message_key), 0, include_headers=True, delivery_counts=counts)
+        records = sorted((m for (topic, partition), offsets in sorted(wanted.items())
+                          for m in reader.read(topic, partition, offsets).records), key=message_key)
+    return records_to_arrow(records, 0, include_headers=True,
+                            delivery_counts=[counts[message_key(m)] for m in records])

@@ -6,8 +6,9 @@ epoch's payload into InputPartitions as Arrow IPC, executors yield RecordBatches
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
@@ -26,11 +27,13 @@ __all__ = [
     "NO_RECORDS",
     "POSITIONS",
     "arrow_schema",
+    "by_partition",
     "from_ipc",
     "has_payload",
     "message_key",
     "records_to_arrow",
     "row_bytes",
+    "spans",
     "spark_schema",
     "to_ipc",
 ]
@@ -89,9 +92,9 @@ def records_to_arrow(
     records: Sequence[Message],
     epoch: int,
     include_headers: bool,
-    delivery_counts: Mapping[tuple[str, int, int], int] | None = None,
+    delivery_counts: Sequence[int] | np.ndarray | None = None,
 ) -> pa.Table:
-    """Records as the output table; ``delivery_counts`` overrides the messages' own counts.
+    """Records as the output table; ``delivery_counts`` (one per record) overrides the messages' own counts.
 
     Replayed records come from a plain consumer that knows no delivery count, so the
     ledger supplies it.
@@ -111,9 +114,35 @@ def records_to_arrow(
     if delivery_counts is None:
         columns["deliveryCount"] = [r.delivery_count() or 1 for r in records]
     else:
-        columns["deliveryCount"] = [delivery_counts[message_key(r)] for r in records]
+        columns["deliveryCount"] = delivery_counts
     columns["epoch"] = [epoch] * len(records)
     return pa.Table.from_pydict(columns, schema=arrow_schema(include_headers))
+
+
+def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """The rows of each topic-partition of ``records`` (any table with topic, partition and offset), in
+    offset order: how the ledger and the acknowledgements see an epoch, found without a loop per row."""
+    if not records.num_rows:
+        return
+    ordered = records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+    topics = pc.dictionary_encode(ordered.column("topic")).combine_chunks()
+    partitions = ordered.column("partition").to_numpy()
+    changes = np.flatnonzero((np.diff(topics.indices.to_numpy()) != 0) | (np.diff(partitions) != 0)) + 1
+    starts = [0, *changes.tolist()]
+    for start, end in zip(starts, [*starts[1:], ordered.num_rows], strict=True):
+        yield topics.dictionary[topics.indices[start].as_py()].as_py(), int(partitions[start]), \
+            ordered.slice(start, end - start)
+
+
+def spans(offsets: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
+    """Ascending distinct ``offsets`` as inclusive runs of consecutive offsets."""
+    values = offsets.to_numpy()
+    if not len(values):
+        return []
+    breaks = np.flatnonzero(np.diff(values) != 1) + 1
+    firsts = values[np.concatenate(([0], breaks))].tolist()
+    lasts = values[np.concatenate((breaks - 1, [len(values) - 1]))].tolist()
+    return list(zip(firsts, lasts, strict=True))
 
 
 def message_key(record: Message) -> tuple[str, int, int]:

@@ -131,15 +131,42 @@ class OffsetRange:
         redelivered = tuple((o, c) for o, c in records if c != 1)
         return cls(topic, partition, records[0][0], records[-1][0], gaps, redelivered)
 
-    def offsets(self) -> list[int]:
-        """The offsets present, ascending."""
-        out: list[int] = []
+    @classmethod
+    def of_spans(cls, topic: str, partition: int, spans: Sequence[tuple[int, int]],
+                 redelivered: Sequence[tuple[int, int]] = ()) -> OffsetRange:
+        """The range whose offsets are the inclusive, ascending, apart ``spans``."""
+        gaps = tuple((end + 1, start - 1) for (_, end), (start, _) in itertools.pairwise(spans))
+        return cls(topic, partition, spans[0][0], spans[-1][1], gaps, tuple(redelivered))
+
+    def spans(self) -> list[tuple[int, int]]:
+        """The offsets present as inclusive runs, ascending: what settling the range costs, not its record count."""
+        out: list[tuple[int, int]] = []
         start = self.first
         for gap_start, gap_end in self.gaps:
-            out.extend(range(start, gap_start))
+            out.append((start, gap_start - 1))
             start = gap_end + 1
-        out.extend(range(start, self.last + 1))
+        out.append((start, self.last))
         return out
+
+    def offsets(self) -> list[int]:
+        """The offsets present, ascending."""
+        return [offset for start, end in self.spans() for offset in range(start, end + 1)]
+
+    def split(self, size: int) -> list[OffsetRange]:
+        """This range in consecutive pieces of at most ``size`` records: an epoch's tasks."""
+        pieces: list[list[tuple[int, int]]] = [[]]
+        room = size
+        for start, end in self.spans():
+            while start <= end:
+                if not room:
+                    pieces.append([])
+                    room = size
+                taken = min(end - start + 1, room)
+                pieces[-1].append((start, start + taken - 1))
+                start, room = start + taken, room - taken
+        return [OffsetRange.of_spans(self.topic, self.partition, piece,
+                                     [(o, c) for o, c in self.redelivered if piece[0][0] <= o <= piece[-1][1]])
+                for piece in pieces]
 
     def contains(self, offset: int) -> bool:
         if not self.first <= offset <= self.last:

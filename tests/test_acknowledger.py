@@ -7,7 +7,7 @@ partition out cannot be provoked on demand from either broker.
 from __future__ import annotations
 
 from sharegroup_source.acknowledger import Acknowledger
-from sharegroup_source.acks import Ack
+from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.broker import BrokerCoordinator
 from sharegroup_source.coordinators.broker.share_client import AckResult
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
@@ -18,10 +18,10 @@ class _Answering:
 
     def __init__(self, answered: set[tuple[str, int]]):
         self.answered = answered
-        self.staged: list[Ack] = []
+        self.staged: list[AckRun] = []
 
-    def acknowledge(self, acks: list[Ack]) -> None:
-        self.staged += acks
+    def acknowledge_runs(self, runs: list[AckRun]) -> None:
+        self.staged += runs
 
     def commit(self) -> list[AckResult]:
         return [AckResult(t, p, None) for t, p in sorted({(a.topic, a.partition) for a in self.staged})
@@ -37,7 +37,7 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
     unacknowledged = Acknowledger(coordinator, store, "q", counters, 30_000, no_read).settle([entry], {})
-    assert len(client.staged) == 15
+    assert sum(run.size for run in client.staged) == 15
     assert unacknowledged == {1: 5}
     assert store.ledger.get("q", 1).status == "ACK_FAILED"
     assert (counters.accepted, counters.ack_failures) == (10, 5)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from sharegroup_source.acks import Ack
+from sharegroup_source.acks import AckRun
 
 __all__ = ["Coordinator", "Failures", "has_not_joined", "not_joined_yet"]
 
@@ -57,8 +57,8 @@ class Coordinator(Protocol):
         where the coordinator can tell: the driver dead-letters them, since nobody will get them again."""
         ...
 
-    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
-        """Settle records this member holds (a RELEASE gives one back); returns what did not take."""
+    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
+        """Settle runs of records this member holds (a RELEASE gives them back); returns what did not take."""
         ...
 
     def close(self) -> None:

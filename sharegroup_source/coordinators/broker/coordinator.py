@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sharegroup_source.acks import Ack
+from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
@@ -69,12 +69,12 @@ class BrokerCoordinator:
         """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
         return records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
 
-    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
+    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
         """Stage and commit ``acks``. A share-partition the commit has no result for failed too: nothing
         says the broker applied its acknowledgements, and counting it ACKED would let a redelivery pass as new."""
         if not acks:
             return {}
-        self._client.acknowledge(acks)
+        self._client.acknowledge_runs(acks)
         results = self._client.commit()
         failures = {(r.topic, r.partition): r.error for r in results if r.error is not None}
         answered = {(r.topic, r.partition) for r in results}

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
 
-from sharegroup_source.acks import Ack, AckType
+from sharegroup_source.acks import Ack, AckRun, AckType, runs_of
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka_clients import consumer_config
 from sharegroup_source.metadata import partition_counts
@@ -98,8 +98,14 @@ class ShareClient:
 
     def acknowledge(self, acks: Iterable[Ack]) -> None:
         """Stage acknowledgements; they reach the broker with :meth:`commit`."""
-        for ack in acks:
-            self._consumer.acknowledge_offset(ack.topic, ack.partition, ack.offset, _KAFKA_ACK_TYPES[ack.type])
+        self.acknowledge_runs(runs_of(acks))
+
+    def acknowledge_runs(self, runs: Iterable[AckRun]) -> None:
+        """Stage runs of acknowledgements (the client takes them one offset at a time)."""
+        for run in runs:
+            kind = _KAFKA_ACK_TYPES[run.type]
+            for offset in range(run.first, run.last + 1):
+                self._consumer.acknowledge_offset(run.topic, run.partition, offset, kind)
 
     def commit(self, timeout_s: float = 30.0) -> list[AckResult]:
         """Send staged acknowledgements and wait: one result per share-partition.

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, KafkaException, Message, TopicPartition
 
-from sharegroup_source.acks import Ack, record_keys
+from sharegroup_source.acks import Ack, record_keys, releases, runs_of
 from sharegroup_source.coordinators.delta.coordinator import DeltaCoordinator
 from sharegroup_source.coordinators.delta.member import GroupMember
 from sharegroup_source.offset_reader import OffsetRangeReader
@@ -177,7 +177,7 @@ class DeltaShareConsumer:
             messages, self._gaps = self._read(positions)
             self._dead_letter_archived()
         except BaseException:  # the caller got nothing, yet the member would renew these locks: give them back
-            coordinator.acknowledge([Ack(*position, AckType.RELEASE) for position in record_keys(positions)])
+            coordinator.acknowledge(releases(positions))
             raise
         self._in_flight = {(m.topic(), m.partition(), m.offset()): m for m in messages}
         return messages
@@ -244,7 +244,7 @@ class DeltaShareConsumer:
             return {}
         self._dead_letter([self._in_flight[p] for p, t in self._staged.items() if t is AckType.REJECT],
                           REJECTED_REASON)
-        failures = self._subscribed().acknowledge(acks)
+        failures = self._subscribed().acknowledge(runs_of(acks))
         for position in self._staged:
             del self._in_flight[position]
         self._staged.clear()

@@ -10,7 +10,6 @@ cluster, share groups enabled or not.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from sharegroup_source.acks import Ack
+from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures
 from sharegroup_source.coordinators.delta.member import GroupMember, Held
 from sharegroup_source.schema import POSITIONS
@@ -81,17 +80,11 @@ class DeltaCoordinator:
                 return positions(held)
             time.sleep(min(IDLE_CHECK_S, max(deadline - time.monotonic(), 0)))
 
-    def acknowledge(self, acks: Sequence[Ack]) -> Failures:
-        """Settle ``acks`` in one commit, as runs of consecutive offsets sharing a type."""
+    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
+        """Settle ``acks`` in one commit."""
         ranges: dict[tuple[str, int], list[tuple[int, int, AckType]]] = {}
-        for (topic, partition), group in itertools.groupby(sorted(acks, key=lambda a: (a.topic, a.partition, a.offset)),
-                                                           key=lambda a: (a.topic, a.partition)):
-            runs = ranges.setdefault((topic, partition), [])
-            for ack in group:
-                if runs and runs[-1][1] + 1 == ack.offset and runs[-1][2] == ack.type:
-                    runs[-1] = (runs[-1][0], ack.offset, ack.type)
-                else:
-                    runs.append((ack.offset, ack.offset, ack.type))
+        for run in acks:
+            ranges.setdefault((run.topic, run.partition), []).append((run.first, run.last, run.type))
         return self._member.settle(ranges) if ranges else {}
 
     def archived(self) -> pa.Table:

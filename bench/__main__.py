@@ -5,18 +5,23 @@
 Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
 run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
 plain confluent-kafka ShareConsumer loop, (3) Kafka's own share consumer perf tool (Java client)
-and (4) Spark's own format("kafka") into format("noop"), with every ratio to (1) and (2).
-On the first peer also: (a) the plain loop and (b) the sharegroup query over 1..8 partitions,
-(c) the driver methods' cost per micro-batch and where it goes; (d) scaling over partitions
-and maxRecordsPerPartition; (e) the state store's cost per epoch; (f) driver memory per 10,000
-records in flight. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against
-10, and one compacted-topic epoch's ledger row in the current and the first encoding (``--only
-state`` measures (g) alone, in about two minutes, into ``<date>-state.*``). (h) coordinator=delta,
-on every peer: a plain Consumer reading the same records by assign + seek into Arrow (the data
-path's limit) against coordinator=delta and the broker coordinator into noop, and on Apache Kafka
-Spark's format("kafka"); on the first peer also the acquire and settle commits per epoch, the
-driver's bytes per epoch at 64 B and 4 KiB records, and 1, 2 and 4 member processes on one
-partition (``--only delta`` measures (h) alone, in about three minutes, into ``<date>-delta.*``). Writes
+and (4) Spark's own format("kafka") into format("noop"), with every ratio to (1) and (2), and
+(1)'s ratio to the limit the in-flight window sets: records per batch / (ShareFetch time + Spark's
+own batch time), both measured in the run (``bench.spark_limit``). Also on every peer: (a) the
+plain loop and (b) the sharegroup query over 1..16 partitions, latency from produce to commit at
+a steady rate well below the limit (``bench.latency``), and throughput at lock limits 2,000 and
+10,000 (``bench.lock_limit``). Once, before any peer: which user-settable Spark settings lower
+Spark's own batch cost (the trivial source). On the first peer also: (c) the driver methods' cost
+per micro-batch and where it goes; (d) scaling over maxRecordsPerPartition; (e) the state store's
+cost per epoch; (f) driver memory per 10,000 records in flight. Without Kafka: (g) bounded state,
+a driver's restart on 10,000 epochs against 10, and one compacted-topic epoch's ledger row in the
+current and the first encoding (``--only state`` measures (g) alone, in about two minutes, into
+``<date>-state.*``). (h) coordinator=delta, on every peer: a plain Consumer reading the same records
+by assign + seek into Arrow (the data path's limit) against coordinator=delta and the broker
+coordinator into noop, and on Apache Kafka Spark's format("kafka"); on the first peer also the
+acquire and settle commits per epoch, the driver's bytes per epoch at 64 B and 4 KiB records, and
+1, 2 and 4 member processes on one partition (``--only delta`` measures (h) alone, in about three
+minutes, into ``<date>-delta.*``). Writes
 ``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with --quick) and prints a
 short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the "apache" peer an existing
 Kafka 4.2+ cluster instead of a broker the bench starts.
@@ -50,10 +55,13 @@ from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
 from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
 from bench.headline import CONSUMERS, measure_rounds, summary
+from bench.latency import measure_latency
+from bench.lock_limit import DEFAULT_RECORD_LOCK_LIMIT, measure_lock_limits
 from bench.measure import median_run
 from bench.perf_tool import kafka_perf_tool
 from bench.plot import plot, plot_bounded_state, plot_delta
 from bench.report import (
+    LIMIT_TARGET,
     TARGET_RATIO,
     admin_table,
     delta_only_table,
@@ -63,14 +71,12 @@ from bench.report import (
     write_json,
 )
 from bench.sizes import Sizes
+from bench.spark_limit import limit_figures, spark_batch_cost, spark_settings
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from bench.state_store_bench import ledger_latency
 from sharegroup_source.testing.jars import jar_dir
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from sharegroup_source.testing.spark import local_spark
-
-#: group.share.partition.max.record.locks' default, which the embedded broker applies too.
-DEFAULT_RECORD_LOCK_LIMIT = 2_000
 
 
 def _jar_version(profile: str, artifact: str) -> str | None:
@@ -176,31 +182,38 @@ def run_admin_only(peers: list[str]) -> dict[str, Any]:
 
 
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
-    """(g), then every figure on the first peer, then the headline (four consumers) and (h) on every peer;
-    one Spark session."""
+    """(g), then Spark's own batch cost and the settings that change it, then on every peer the scaling over
+    partitions, the headline (four consumers) with the limit, latency, the lock limits and (h); (c), (e), (f)
+    and (i) on the first peer. One Spark session."""
     started = time.monotonic()
     headline: dict[str, Any] = {}
+    by_peer: dict[str, Any] = {}
     delta = _delta_figures(sizes, peers)
     state = _bounded_state(sizes, lambda message: _say(message, started))
     spark = local_spark()
     try:
+        with tempfile.TemporaryDirectory(prefix="sharegroup-bench-spark-") as scratch_dir:
+            settings = spark_settings(spark, sizes.main_partitions * DEFAULT_RECORD_LOCK_LIMIT, sizes.main_partitions,
+                                      sizes.spark_cost_batches, sizes.settings_rounds, Path(scratch_dir),
+                                      lambda message: _say(message, started))
         for index, peer in enumerate(peers):
             with bench_kafka(peer) as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch_dir:
                 def say(message: str, peer: str = peer) -> None:
                     _say(f"{peer}: {message}", started)
 
                 scratch = Path(scratch_dir)
+                scaling = _scaling(kafka, spark, sizes, scratch, say, details=index == 0)
                 if index == 0:
-                    details = _details(kafka, spark, sizes, scratch, say)
-                    main = str(sizes.main_partitions)
-                    known = {"sharegroup": details["source"][main], "plain": details["baseline"][main]}
-                    topic = details.pop("main_topic")
+                    details = {**_details(kafka, spark, scaling["main_topic"], sizes, scratch, say),
+                               "baseline": scaling["baseline"], "source": scaling["source"],
+                               "max_records_per_partition": scaling.pop("max_records_per_partition")}
                     admin = _admin(kafka, scratch, say)
-                else:
-                    topic, known = produce_dataset(kafka, sizes.main_partitions, sizes.records, sizes.value_bytes), {}
-                    say(f"produced {sizes.records:,} records into a topic with {sizes.main_partitions} partitions")
+                main = str(sizes.main_partitions)
+                known = {"sharegroup": scaling["source"][main], "plain": scaling["baseline"][main]}
                 headline[peer] = {"kind": kafka.describe(), **summary(
-                    _headline(kafka, spark, topic, sizes, scratch, known, say))}
+                    _headline(kafka, spark, scaling.pop("main_topic"), sizes, scratch, known, say))}
+                by_peer[peer] = {"scaling": scaling,
+                                 **_limit_and_latency(kafka, spark, sizes, scratch, say, headline[peer])}
                 _delta(kafka, spark, sizes, scratch, say, delta)
     finally:
         spark.stop()
@@ -218,8 +231,11 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         "dataset": {"records": sizes.records, "value_bytes": sizes.value_bytes, "key": "record number, decimal"},
         "main_partitions": sizes.main_partitions,
         "headline": headline,
+        "peers": by_peer,
+        "spark_settings": settings,
         **details,
         "ratio": round(ratio, 3), "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO,
+        "limit_target": LIMIT_TARGET,
         "delta_commits_per_epoch": commits["calls_per_epoch"],
         "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
         "bounded_state": state,
@@ -228,30 +244,67 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     }
 
 
-def _details(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path,
+def _details(kafka: KafkaUnderTest, spark: SparkSession, main_topic: str, sizes: Sizes, scratch: Path,
              say: Callable[[str], None]) -> dict[str, Any]:
-    """Figures (a) to (f) on one peer, as ``make bench`` always measured them."""
-    topics = {p: produce_dataset(kafka, p, sizes.records, sizes.value_bytes) for p in sizes.partition_counts}
-    say(f"produced {sizes.records:,} records into topics with {', '.join(map(str, topics))} partitions")
-    baseline = {}
-    for partitions, topic in topics.items():
-        runs = [plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s)
-                for _ in range(sizes.baseline_repeats)]
-        baseline[str(partitions)] = median_run(runs)
-        say(f"(a) plain ShareConsumer, {partitions} partition(s): "
-            f"{baseline[str(partitions)]['runs_records_per_s']} records/s")
-    main_topic = topics[sizes.main_partitions]
+    """Figures (c), (e) and (f) on the first peer."""
     driver = measure_driver(DriverJob(kafka.bootstrap_servers, main_topic, sizes.records, str(scratch / "driver"),
                                       tuple(kafka.new_group() for _ in range(sizes.source_repeats)),
                                       kafka.new_group(), kafka.new_group(), sizes.memory_batches,
                                       sizes.run_timeout_s))
     say(f"(c, f) driver methods: {driver['timing']['records_per_s']:,} records/s, per batch p50 "
         f"{driver['timing']['source_calls']['p50_ms']} ms")
-    source, per_limit = _spark_runs(kafka, spark, topics, sizes, scratch, say)
     state = ledger_latency(scratch / "ledger", sizes.ledger_epochs)
     say(f"(e) ledger write+read p50 {state['write_plus_read']['p50_ms']} ms")
-    return {"main_topic": main_topic, "baseline": baseline, "source": source,
-            "max_records_per_partition": per_limit, "driver": driver, "state_store": state}
+    return {"driver": driver, "state_store": state}
+
+
+def _scaling_records(sizes: Sizes, partitions: int) -> int:
+    """The headline's data set at its partition count, else a few lock windows per partition."""
+    if partitions == sizes.main_partitions:
+        return sizes.records
+    return partitions * DEFAULT_RECORD_LOCK_LIMIT * sizes.scaling_windows
+
+
+def _scaling(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path, say: Callable[[str], None],
+             details: bool) -> dict[str, Any]:
+    """(a) the plain loop and (b) the sharegroup query over every partition count, the headline's count with
+    more repeats; with ``details`` also (d) over maxRecordsPerPartition."""
+    topics = {p: produce_dataset(kafka, p, _scaling_records(sizes, p), sizes.value_bytes)
+              for p in sizes.partition_counts}
+    say("produced " + ", ".join(f"{_scaling_records(sizes, p):,} records in {p}" for p in topics) + " partitions")
+    baseline = {}
+    for partitions, topic in topics.items():
+        records = _scaling_records(sizes, partitions)
+        repeats = sizes.baseline_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
+        baseline[str(partitions)] = median_run([plain_share_consumer(kafka, topic, records, sizes.run_timeout_s)
+                                                for _ in range(repeats)])
+        say(f"(a) plain ShareConsumer, {partitions} partition(s): "
+            f"{baseline[str(partitions)]['runs_records_per_s']} records/s")
+    source, per_limit = _spark_runs(kafka, spark, topics, sizes, scratch, say, details)
+    return {"main_topic": topics[sizes.main_partitions],
+            "records": {str(p): _scaling_records(sizes, p) for p in topics}, "baseline": baseline, "source": source,
+            **({"max_records_per_partition": per_limit} if details else {})}
+
+
+def _limit_and_latency(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path,
+                       say: Callable[[str], None], headline: dict[str, Any]) -> dict[str, Any]:
+    """The limit for the headline's batches and its sharegroup query's ratio to it (added to ``headline``);
+    latency at a steady rate well below it; throughput over the lock limit."""
+    sharegroup, plain = headline["runs"]["sharegroup"], headline["runs"]["plain"]
+    rows = round(sharegroup["records_per_batch_p50"])
+    cost = spark_batch_cost(spark, rows, sizes.main_partitions, sizes.spark_cost_batches, scratch / "spark-cost")
+    limit = limit_figures(rows, plain["throughput"]["records_per_s"], cost["batch_ms_p50"],
+                          sharegroup["throughput"]["records_per_s"])
+    headline["limit"] = {**limit, "spark_batch": cost, "target": LIMIT_TARGET}
+    say(f"limit for {rows:,}-record batches: {limit['limit_records_per_s']:,} records/s (ShareFetch "
+        f"{limit['share_fetch_ms']} ms + Spark's own batch {limit['spark_batch_ms']} ms); sharegroup at "
+        f"{limit['ratio_to_limit']} of it")
+    rate = sizes.latency_share * sharegroup["throughput"]["records_per_s"]
+    latency = measure_latency(spark, kafka, sizes.main_partitions, rate, sizes.latency_seconds, sizes.value_bytes,
+                              scratch, say)
+    locks = measure_lock_limits(kafka, spark, sizes.lock_limits, sizes.main_partitions, sizes.value_bytes, scratch,
+                                sizes.run_timeout_s, say)
+    return {"latency": latency, "lock_limits": locks}
 
 
 def _headline(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: Sizes, scratch: Path,
@@ -273,13 +326,14 @@ def _headline(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: Siz
 
 
 def _spark_runs(kafka: KafkaUnderTest, spark: SparkSession, topics: dict[int, str], sizes: Sizes, scratch: Path,
-                say: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(b) and (d): one query per configuration, each on a fresh share group."""
+                say: Callable[[str], None], details: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(b), and with ``details`` (d): one query per configuration, each on a fresh share group."""
     default_limit = max(sizes.max_records_per_partition)
     runs = count()
 
     def one(partitions: int, limit: int) -> dict[str, Any]:
-        result = source_into_noop(spark, kafka, topics[partitions], sizes.records, scratch / f"spark-{next(runs)}",
+        result = source_into_noop(spark, kafka, topics[partitions], _scaling_records(sizes, partitions),
+                                  scratch / f"spark-{next(runs)}",
                                   sizes.run_timeout_s, maxRecordsPerPartition=limit)
         say(f"(b) sharegroup -> noop, {partitions} partition(s), maxRecordsPerPartition={limit}: "
             f"{result['throughput']['records_per_s']:,} records/s")
@@ -290,7 +344,7 @@ def _spark_runs(kafka: KafkaUnderTest, spark: SparkSession, topics: dict[int, st
         repeats = sizes.source_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
         source[str(partitions)] = median_run([one(partitions, default_limit) for _ in range(repeats)])
     per_limit = {str(default_limit): source[str(sizes.main_partitions)]}
-    for limit in sizes.max_records_per_partition:
+    for limit in sizes.max_records_per_partition if details else ():
         if limit != default_limit:
             per_limit[str(limit)] = one(sizes.main_partitions, limit)
     return source, dict(sorted(per_limit.items(), key=lambda item: int(item[0])))

@@ -8,6 +8,7 @@ Spark's. The loop touches every value so the records are really read.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import ShareConsumer
@@ -19,8 +20,13 @@ __all__ = ["plain_share_consumer"]
 
 
 def plain_share_consumer(kafka: KafkaUnderTest, topic: str, records: int, timeout_s: float,
-                         max_poll_records: int = 10_000) -> dict[str, Any]:
-    consumer = ShareConsumer(kafka.config(**{"group.id": kafka.new_group(), "share.acknowledgement.mode": "explicit",
+                         max_poll_records: int = 10_000, group: str | None = None,
+                         committed: Callable[[list[int], float], None] | None = None,
+                         stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Read ``records`` records of ``topic`` on a fresh share group (or ``group``), or until ``stop()``;
+    steady-state figures."""
+    consumer = ShareConsumer(kafka.config(**{"group.id": group or kafka.new_group(),
+                                             "share.acknowledgement.mode": "explicit",
                                              "max.poll.records": max_poll_records}))
     consumer.subscribe([topic])
     seen: set[tuple[int, int]] = set()
@@ -30,8 +36,9 @@ def plain_share_consumer(kafka: KafkaUnderTest, topic: str, records: int, timeou
     steady_records = 0
     deadline = time.monotonic() + timeout_s
     try:
-        while len(seen) < records and time.monotonic() < deadline:
+        while len(seen) < records and time.monotonic() < deadline and not (stop is not None and stop()):
             fresh = 0
+            produced: list[int] = []
             for message in consumer.poll(1.0):
                 if message.error() is not None:
                     continue
@@ -40,10 +47,14 @@ def plain_share_consumer(kafka: KafkaUnderTest, topic: str, records: int, timeou
                 key = (message.partition(), message.offset())
                 fresh += key not in seen
                 seen.add(key)
+                if committed is not None:
+                    produced.append(message.timestamp()[1])
             if not fresh:
                 continue
             results = consumer.commit_sync(30)
             ack_failures += sum(error is not None for error in results.values())
+            if committed is not None:
+                committed(produced, time.time())
             polls.append(fresh)
             if steady_from is None:
                 steady_from = time.perf_counter()  # the first poll paid for joining the group

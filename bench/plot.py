@@ -31,13 +31,19 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     main = str(figures["main_partitions"])
     state = figures.get("bounded_state")
     delta = figures.get("delta")
-    rows = [["headline", "headline"], ["top_left", "top_right"], ["bottom_left", "bottom_right"]]
-    height = 14 + (4 if state else 0) + (5 if delta else 0)
+    limits = "peers" in figures
+    rows = [["headline", "headline"]] + ([["limit_left", "limit_right"]] if limits else []) + [
+        ["top_left", "top_right"], ["bottom_left", "bottom_right"]]
+    height = 14 + (5 if limits else 0) + (4 if state else 0) + (5 if delta else 0)
     fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
                               + ([["delta_left", "delta_right"]] if delta else []),
-                              height_ratios=[1.15, 1, 1] + ([0.8] if state else []) + ([1] if delta else []))
+                              height_ratios=[1.15] + ([1] if limits else []) + [1, 1] + ([0.8] if state else [])
+                              + ([1] if delta else []))
+    if limits:
+        _limit(axes["limit_left"], figures)
+        _latency(axes["limit_right"], figures)
     if state:
         _bounded_state(axes["state_left"], axes["state_right"], state)
     if delta:
@@ -58,15 +64,18 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     top_left.legend()
 
     partitions = [int(p) for p in figures["source"]]
-    top_right.plot(partitions, [_rate(figures["baseline"][str(p)]) for p in partitions], "o-", color="#777777",
-                   label="plain ShareConsumer")
-    top_right.plot(partitions, [_rate(figures["source"][str(p)]) for p in partitions], "o-", color="#3182bd",
-                   label="sharegroup -> noop")
+    scaling = {peer: run["scaling"] for peer, run in figures.get("peers", {}).items()} or {
+        figures["kafka"]["detail_peer"]: {"baseline": figures["baseline"], "source": figures["source"]}}
+    for (peer, run), style in zip(scaling.items(), ["o-", "s--", "^:"], strict=False):
+        top_right.plot(partitions, [_rate(run["baseline"][str(p)]) for p in partitions], style, color="#777777",
+                       label=f"plain ShareConsumer, {peer}")
+        top_right.plot(partitions, [_rate(run["source"][str(p)]) for p in partitions], style, color="#3182bd",
+                       label=f"sharegroup -> noop, {peer}")
     top_right.set_xscale("log", base=2)
     top_right.set_xticks(partitions, [str(p) for p in partitions])
     top_right.set_xlabel("partitions")
     top_right.set_title("(d) records/s over partitions")
-    top_right.set_ylim(bottom=0)
+    top_right.set_yscale("log")
     top_right.legend()
 
     limits = [int(m) for m in figures["max_records_per_partition"]]
@@ -211,6 +220,54 @@ def _headline(axes: Any, figures: dict[str, Any]) -> None:
     axes.set_title(f"headline: four consumers of the same {figures['main_partitions']}-partition topic "
                    f"(n/a: could not run on that peer)")
     axes.legend(fontsize=8, loc="upper left")
+
+
+def _limit(axes: Any, figures: dict[str, Any]) -> None:
+    """Per peer: sharegroup, the limit (batch / (ShareFetch + Spark's own batch)) and the plain loop, with ratios;
+    the lock limits' sharegroup rates as points."""
+    peers = {name: peer for name, peer in figures["headline"].items() if "limit" in peer}
+    bars = {"sharegroup -> noop": "#3182bd", "limit": "#e6550d", "plain ShareConsumer": "#777777"}
+    width = 0.8 / len(bars)
+    top = 1.0
+    for group, peer in enumerate(peers.values()):
+        limit = peer["limit"]
+        values = [peer["records_per_s"]["sharegroup"] or 0, limit["limit_records_per_s"],
+                  peer["records_per_s"]["plain"] or 0]
+        top = max(top, *values)
+        for index, ((label, color), value) in enumerate(zip(bars.items(), values, strict=True)):
+            x = group + (index - 1) * width
+            axes.bar(x, value, width, color=color, label=label if group == 0 else None)
+            axes.text(x, value, f"{value:,.0f}", ha="center", va="bottom", fontsize=7.5)
+        axes.text(group, top * 1.02, f"{limit['ratio_to_limit']:.2f}x limit (target {figures['limit_target']}), "
+                  f"{peer['ratio_to_plain']['sharegroup']:.2f}x plain\nlimit = {limit['records_per_batch']:,} / "
+                  f"({limit['share_fetch_ms']:.0f} + {limit['spark_batch_ms']:.0f} ms)", ha="center", fontsize=8)
+    axes.set_xticks(range(len(peers)), [f"{name} Kafka" for name in peers])
+    axes.set_yscale("log")
+    axes.set_ylim(1_000, top * 3)
+    axes.set_ylabel("records/s")
+    axes.set_title(f"sharegroup against the in-flight limit, {figures['main_partitions']} partitions")
+    axes.legend(fontsize=7, loc="lower right")
+
+
+def _latency(axes: Any, figures: dict[str, Any]) -> None:
+    """p50 and p99 latency, produce to commit, of the plain loop and the sharegroup query on every peer."""
+    labels, p50, p99 = [], [], []
+    for peer, run in figures["peers"].items():
+        for name in ("plain", "sharegroup"):
+            figure = run["latency"].get(name, {})
+            labels.append(f"{name}\n{peer}")
+            p50.append(figure.get("p50_ms", 0))
+            p99.append(figure.get("p99_ms", 0))
+    x = range(len(labels))
+    axes.bar([i - 0.2 for i in x], p50, 0.4, color="#3182bd", label="p50")
+    axes.bar([i + 0.2 for i in x], p99, 0.4, color="#9ecae1", label="p99")
+    for i, (low, high) in enumerate(zip(p50, p99, strict=True)):
+        axes.text(i, high, f"{low:,.0f} / {high:,.0f}", ha="center", va="bottom", fontsize=7.5)
+    axes.set_xticks(list(x), labels, fontsize=8)
+    axes.set_ylabel("ms, produce to commit")
+    rates = ", ".join(f"{peer} {run['latency']['rate_records_per_s']:,}/s" for peer, run in figures["peers"].items())
+    axes.set_title(f"latency at a steady rate well below the limit ({rates})")
+    axes.legend(fontsize=8)
 
 
 def _stacked(axes: Any, label: str, parts: dict[str, float], colors: list[Any]) -> None:

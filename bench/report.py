@@ -14,11 +14,13 @@ from typing import Any
 from bench.delta_coordinator import DELTA_CONSUMERS
 from bench.headline import CONSUMERS
 
-__all__ = ["TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "limit_note", "state_only_table",
-           "table", "write_json"]
+__all__ = ["LIMIT_TARGET", "TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "limit_note",
+           "peers_table", "settings_table", "state_only_table", "table", "write_json"]
 
 #: format("sharegroup") -> noop must reach this share of the plain ShareConsumer's records/s.
 TARGET_RATIO = 0.8
+#: ... and this share of the limit the in-flight window sets (bench.spark_limit), measured in the same run.
+LIMIT_TARGET = 0.9
 
 
 def write_json(figures: dict[str, Any], path: Path) -> None:
@@ -68,11 +70,85 @@ def headline_table(figures: dict[str, Any]) -> list[str]:
         peer["runs"]["sharegroup"], peer["runs"]["spark_kafka"])] for peer in peers.values()]
     lines.append(f"{'Spark batch p50 ms, sharegroup / format(kafka)':<46}" + "".join(
         f"{' / '.join('-' if ms is None else f'{ms:,.0f}' for ms in pair):>{width}}" for pair in batch_ms))
+    limits = [peer.get("limit") for peer in peers.values()]
+    if any(limits):
+        lines.append(f"{'limit: batch / (ShareFetch + Spark own batch)':<46}" + "".join(
+            f"{'-' if limit is None else format(limit['limit_records_per_s'], ','):>{width}}" for limit in limits))
+        lines.append(f"{'  records / ShareFetch ms / Spark own ms':<46}" + "".join(
+            f"{'-' if limit is None else _limit_terms(limit):>{width}}" for limit in limits))
+        lines.append(f"{'sharegroup / limit (target ' + str(LIMIT_TARGET) + '), / plain':<46}" + "".join(
+            f"{'-' if limit is None else _limit_verdict(limit, peer):>{width}}"
+            for limit, peer in zip(limits, peers.values(), strict=True)))
     own = [peer["runs"]["kafka_perf_tool"].get("tool_records_per_s") for peer in peers.values()]
     lines.append(f"{'Kafka perf tool own nMsg.sec (incl. joining)':<46}" + "".join(
         f"{'-' if rate is None else f'{rate:,}':>{width}}" for rate in own))
     lines += [f"n/a on {peer}: {CONSUMERS[name]}: {error}"
               for peer, summary in peers.items() for name, error in summary["errors"].items()]
+    return lines
+
+
+def _limit_terms(limit: dict[str, Any]) -> str:
+    return f"{limit['records_per_batch']:,} / {limit['share_fetch_ms']:,.0f} / {limit['spark_batch_ms']:,.0f}"
+
+
+def _limit_verdict(limit: dict[str, Any], peer: dict[str, Any]) -> str:
+    ratio = limit["ratio_to_limit"]
+    met = None if ratio is None else ratio >= LIMIT_TARGET
+    return f"{_ratio(ratio)} {_verdict(met)} / {_ratio(peer['ratio_to_plain']['sharegroup'])}"
+
+
+def peers_table(figures: dict[str, Any]) -> list[str]:
+    """Per peer: scaling over partitions, over the lock limit, and latency at a steady rate below the limit."""
+    peers = figures["peers"]
+    counts = list(next(iter(peers.values()))["scaling"]["source"])
+    lines = ["scaling over partitions, records/s: plain loop / sharegroup (ratio)",
+             f"{'partitions':>10}" + "".join(f"{peer + ' Kafka':>30}" for peer in peers)]
+    for count in counts:
+        cells = []
+        for peer in peers.values():
+            plain = peer["scaling"]["baseline"][count]["throughput"]["records_per_s"]
+            rate = peer["scaling"]["source"][count]["throughput"]["records_per_s"]
+            cells.append(f"{plain:,} / {rate:,} ({rate / plain if plain else 0:.2f})")
+        lines.append(f"{count:>10}" + "".join(f"{cell:>30}" for cell in cells))
+    lines += ["", "scaling over the lock limit (max.record.locks; maxRecordsPerPartition and maxRecordsPerTrigger "
+                  f"follow), {figures['main_partitions']} partitions,",
+              "records/s: plain / sharegroup (records per batch)",
+              f"{'lock limit':>10}" + "".join(f"{peer + ' Kafka':>36}" for peer in peers)]
+    limits = list(next(iter(peers.values()))["lock_limits"]["by_limit"])
+    for limit in limits:
+        cells = []
+        for peer in peers.values():
+            run = peer["lock_limits"]["by_limit"][limit]
+            cells.append("n/a (see below)" if "error" in run else
+                         f"{run['plain_records_per_s']:,} / {run['sharegroup_records_per_s']:,} "
+                         f"({run['records_per_batch_p50']:,.0f})")
+        lines.append(f"{int(limit):>10,}" + "".join(f"{cell:>36}" for cell in cells))
+    lines += [f"n/a on {name}, lock limit {limit}: {run['error']}" for name, peer in peers.items()
+              for limit, run in peer["lock_limits"]["by_limit"].items() if "error" in run]
+    lines += ["", "latency, produce to the consumer's commit, at a steady rate well below the limit (ms)",
+              f"{'':<12}" + "".join(f"{peer + ' Kafka':>40}" for peer in peers),
+              f"{'':<12}" + "".join(f"{'rate  p50 / p99':>40}" for _ in peers)]
+    for name in ("plain", "sharegroup"):
+        cells = []
+        for peer in peers.values():
+            run = peer["latency"].get(name, {})
+            cells.append(f"n/a: {run['error'][:30]}" if "error" in run else
+                         f"{run.get('records_per_s') or 0:,}/s  {run.get('p50_ms', 0):,.0f} / "
+                         f"{run.get('p99_ms', 0):,.0f}")
+        lines.append(f"{name:<12}" + "".join(f"{cell:>40}" for cell in cells))
+    return lines
+
+
+def settings_table(settings: dict[str, Any]) -> list[str]:
+    """Spark's own batch cost (the trivial source) with the session as it is and with each setting."""
+    lines = [f"Spark's own batch cost, trivial source of {settings['rows_per_batch']:,} rows in {settings['tasks']} "
+             f"tasks into noop, p50 ms (median of {settings['rounds']} round(s)); checkpoint files after the run",
+             f"{'setting':<52}{'batch':>7}{'saves':>7}{'walCommit':>10}{'addBatch':>9}{'commitOffsets':>14}{'files':>6}"]
+    for name, run in settings["by_setting"].items():
+        phases = run["phases_p50_ms"]
+        lines.append(f"{name:<52}{run['batch_ms_p50']:>7,.0f}{run['saves_ms']:>7,.0f}"
+                     f"{phases.get('walCommit', 0):>10,.0f}{phases.get('addBatch', 0):>9,.0f}"
+                     f"{phases.get('commitOffsets', 0):>14,.0f}{run['checkpoint_files']:>6}")
     return lines
 
 
@@ -248,6 +324,10 @@ def table(figures: dict[str, Any]) -> str:
     lines += ["where the driver methods' time goes (cProfile, ms per epoch): " + ", ".join(
         f"{b['bucket']} {b['ms_per_epoch']}" for b in driver["profile"]["buckets"])]
     lines += ["", figures["limit_note"]]
+    if "peers" in figures:
+        lines += ["", *peers_table(figures)]
+    if "spark_settings" in figures:
+        lines += ["", *settings_table(figures["spark_settings"])]
     if "bounded_state" in figures:
         lines += ["", *bounded_state_table(figures["bounded_state"])]
     if "delta" in figures:

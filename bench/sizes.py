@@ -68,10 +68,22 @@ class Sizes:
     state_baseline_epochs: int = 10
     #: longest a single consuming run may take before it is reported as incomplete
     run_timeout_s: float = 180.0
+    #: topics of the scaling figure other than the headline's hold this many lock windows (2,000 records) per
+    #: partition, so a run has a few batches whatever the partition count (the 1-partition topic is small and
+    #: the 16-partition one large enough for a steady state)
+    scaling_windows: int = 5
+    #: the in-flight windows (group.share.partition.max.record.locks) of the lock-limit figure
+    lock_limits: tuple[int, ...] = (2_000, 10_000)
+    #: latency: a steady rate of this share of the sharegroup query's throughput, for this long per consumer
+    latency_share: float = 0.2
+    latency_seconds: float = 12.0
+    #: Spark's own batch cost (the trivial source): batches per run; rounds of the settings' comparison
+    spark_cost_batches: int = 7
+    settings_rounds: int = 2
 
     @classmethod
     def full(cls) -> Sizes:
-        return cls(records=50_000, value_bytes=64, partition_counts=(1, 2, 4, 8), main_partitions=4,
+        return cls(records=50_000, value_bytes=64, partition_counts=(1, 2, 4, 8, 16), main_partitions=4,
                    max_records_per_partition=(500, 2_000, 10_000), baseline_repeats=3, source_repeats=3,
                    scaling_repeats=1, headline_repeats=3, ledger_epochs=200, memory_batches=4,
                    delta=DeltaSizes(records=100_000, trigger=20_000, task=5_000, rounds=2, reader_passes=8,
@@ -83,7 +95,7 @@ class Sizes:
         return cls(records=30_000, value_bytes=64, partition_counts=(1, 4), main_partitions=4,
                    max_records_per_partition=(1_000, 10_000), baseline_repeats=3, source_repeats=1,
                    scaling_repeats=1, headline_repeats=1, ledger_epochs=40, memory_batches=2, run_timeout_s=90.0,
-                   state_epochs=2_000,
+                   state_epochs=2_000, latency_seconds=8.0, spark_cost_batches=5, settings_rounds=1,
                    delta=DeltaSizes(records=60_000, trigger=20_000, task=5_000, rounds=1, reader_passes=4,
                                     coordination_passes=1, bytes_records=2_000, bytes_epoch=500,
                                     member_records=10_000, member_poll_records=500))

@@ -25,7 +25,7 @@ from bench.measure import Throughput
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from sharegroup_source.testing.workers import source_workers
 
-__all__ = ["kafka_into_noop", "source_into_noop"]
+__all__ = ["kafka_into_noop", "sharegroup_frame", "source_into_noop"]
 
 _PHASES = ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
 
@@ -56,13 +56,20 @@ def _at(progress: dict[str, Any]) -> float:
     return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
+def sharegroup_frame(spark: SparkSession, kafka: KafkaUnderTest, topic: str, work: Path, group: str | None = None,
+                     **options: Any) -> DataFrame:
+    """``format("sharegroup")`` on ``topic`` through ``group`` (a fresh share group by default)."""
+    return (spark.readStream.format("sharegroup")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("kafka.group.id", group or kafka.new_group())
+            .option("subscribe", topic).option("stateLocation", str(work / "state"))
+            .options(**{k: str(v) for k, v in options.items()}).load())
+
+
 def source_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, records: int, work: Path,
-                     timeout_s: float, **options: Any) -> dict[str, Any]:
+                     timeout_s: float, group: str | None = None, **options: Any) -> dict[str, Any]:
     """``format("sharegroup")`` until it read ``records`` rows; returns its steady-state figures."""
-    frame = (spark.readStream.format("sharegroup")
-             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("kafka.group.id", kafka.new_group())
-             .option("subscribe", topic).option("stateLocation", str(work / "state"))
-             .options(**{k: str(v) for k, v in options.items()}).load())
+    frame = sharegroup_frame(spark, kafka, topic, work, group, **options)
     memory = _RunnerMemory()
     memory.start()
     try:

@@ -20,7 +20,7 @@ from sharegroup_source.coordinators import Coordinator
 from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
 
-__all__ = ["Acknowledger"]
+__all__ = ["Acknowledger", "settled_statuses"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class Acknowledger:
         acknowledgements failed (they come back from the broker).
 
         Rejected records go to the dead letters first, from the payload the driver still holds,
-        so a REJECT never leaves a record nowhere.
+        so a REJECT never leaves a record nowhere. The epochs' statuses (:func:`settled_statuses`)
+        are the caller's to record, with its next ledger write.
         """
         entries = list(entries)
         if not entries:
@@ -64,7 +65,6 @@ class Acknowledger:
                           for entry in entries}
         for entry in entries:
             self._warn_on_lock_headroom(entry)
-        self._set_statuses({e: EpochStatus.ACK_FAILED if n else EpochStatus.ACKED for e, n in unacknowledged.items()})
         return unacknowledged
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
@@ -99,7 +99,7 @@ class Acknowledger:
         if acks:
             # status first: if the process dies before the acks leave, the locks expire anyway
             try:
-                self._set_statuses({e.epoch: EpochStatus.RELEASED for e in entries})
+                self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
             except FencedError as fenced:  # the records go back all the same: no other run holds them
                 log.warning("%s", fenced)
             self.send(acks)
@@ -122,10 +122,6 @@ class Acknowledger:
                         "deduplicated", topic, partition, reason)
         return set(failures)
 
-    def _set_statuses(self, statuses: dict[int, EpochStatus]) -> None:
-        for status in set(statuses.values()):
-            self._store.ledger.set_status(self._group_id, [e for e, s in statuses.items() if s == status], status)
-
     def _warn_on_lock_headroom(self, entry: LedgerEntry) -> None:
         if self._lock_duration_ms is None:
             return
@@ -138,6 +134,11 @@ class Acknowledger:
                         "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
                         "option checkpointLocation so that acknowledgements do not wait for the next trigger",
                         entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)
+
+
+def settled_statuses(unacknowledged: Mapping[int, int]) -> dict[int, EpochStatus]:
+    """The ledger status of each settled epoch: ACKED, or ACK_FAILED where some acknowledgements failed."""
+    return {epoch: EpochStatus.ACK_FAILED if failed else EpochStatus.ACKED for epoch, failed in unacknowledged.items()}
 
 
 def _decided(held: OffsetRange, decisions: Mapping[tuple[str, int, int], tuple[str, str | None]]) -> list[AckRun]:

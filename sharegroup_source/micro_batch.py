@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.acknowledger import Acknowledger, settled_statuses
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
 from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
 #: Compact, checkpoint and vacuum the state tables this often, so a long-running query's state stays small.
 MAINTAIN_EVERY_EPOCHS = 200
+#: How often a run's counters go to the progress table (and when it stops): a row per epoch would double the
+#: commits of a steady query.
+PUBLISH_EVERY_S = 5.0
 #: How long an AvailableNow run keeps polling an empty queue before it ends.
 AVAILABLE_NOW_IDLE_S = 5.0
 #: How long a run's first acquisition waits for records. Apache Kafka hands a new member its
@@ -67,6 +70,9 @@ class MicroBatchDriver:
                                 storage_options=dict(options.storage_options))
         self.counters = SourceCounters()
         self._published: dict[str, int | None] = {}
+        self._published_at = 0.0
+        # statuses of settled epochs, recorded with the next ledger write: one commit per steady epoch
+        self._settled: dict[int, EpochStatus] = {}
         # joins once the previous run's member has left: that run's stop writes its releases to the ledger
         self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
         lock_duration_ms = self._coordinator.lock_duration_ms
@@ -126,12 +132,14 @@ class MicroBatchDriver:
 
     def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
         with self._lock:
+            idle = False  # nothing new: a batch waits on nothing, so the counters go out at once
             try:
-                offset = self._latest_offset(EpochOffset.of(start), max_records).json()
+                offset = self._latest_offset(EpochOffset.of(start), max_records)
+                idle = offset.epoch == EpochOffset.of(start).epoch
                 self._dead_letter_archived()
-                return offset
+                return offset.json()
             finally:
-                self._publish_counters()
+                self._publish_counters(at_once=idle)
 
     def _latest_offset(self, start: EpochOffset, max_records: int | None) -> EpochOffset:
         self._check_state_belongs(start)
@@ -143,20 +151,24 @@ class MicroBatchDriver:
                 f"stateLocation={self._options.state_location_shown} already settled epoch {next_epoch}, which "
                 f"this checkpoint has not started: each checkpoint needs its own stateLocation")
         if ledgered is not None and ledgered.status != EpochStatus.RELEASED:
+            self._record_settled()
             return self._offset(next_epoch)  # ledgered by an earlier run before Spark logged it: same epoch again
         # a RELEASED epoch Spark never logged gave its records back: the epoch is acquired anew
         fresh, acquired_at_ms = self._acquire(max_records)
         if not fresh.num_rows:
+            self._record_settled()
             return start
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
+        settled, self._settled = self._settled, {}
         try:
-            kept = self.store.ledger.write_epoch(entry, replace_released=True)
+            kept = self.store.ledger.write_epoch(entry, replace_released=True, settled=settled)
             if kept.member_id != self._run_id:
                 raise FencedError(f"query {self._group_id!r}: epoch {next_epoch} was ledgered by run "
                                   f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
                                   f"stateLocation={self._options.state_location_shown}; this run gave its records "
                                   "back and stops")
         except BaseException:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
+            self._settled = {**settled, **self._settled}  # not written, or written: writing them again is a no-op
             self._acks.send(releases(fresh))
             raise
         self._released.pop(next_epoch, None)
@@ -200,13 +212,11 @@ class MicroBatchDriver:
         partitions: list = []
         emitted = []
         for epoch in range(start.epoch + 1, end.epoch + 1):
-            if epoch in self._payload:
+            if epoch in self._payload:  # this run's epochs stay ACQUIRED until settled: no commit per plan
                 partitions += payload_partitions(epoch, self._payload[epoch], self._options)
-                emitted.append(epoch)
                 continue
             if epoch in self._held:  # acquired by position: read from the log
                 partitions += replay_partitions(self._held[epoch], self._options)
-                emitted.append(epoch)
                 continue
             entry = self.store.ledger.get(self._group_id, epoch)
             if entry is None:
@@ -237,6 +247,7 @@ class MicroBatchDriver:
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
         payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
         unacknowledged = self._acks.settle(held, payloads)
+        self._settled.update(settled_statuses(unacknowledged))
         if held and held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
             self.store.maintain()
         for e, records in unacknowledged.items():
@@ -251,7 +262,7 @@ class MicroBatchDriver:
             self._foreign[entry.epoch] = entry
         foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
         if foreign:
-            self.store.ledger.set_status(self._group_id, [e.epoch for e in foreign], EpochStatus.ACK_FAILED)
+            self._settled.update({e.epoch: EpochStatus.ACK_FAILED for e in foreign})
             self.counters.ack_failures += sum(e.record_count for e in foreign)
             for entry in foreign:  # their locks died with their member: every record comes back
                 self._emitted.expect_back(entry.epoch, entry.record_count)
@@ -268,11 +279,12 @@ class MicroBatchDriver:
     def _stop(self) -> None:
         try:
             committed = self._commit_log.committed_epoch() if self._commit_log else None
-            if committed is not None:  # Spark committed it and will not call commit for it again
-                try:
+            try:
+                if committed is not None:  # Spark committed it and will not call commit for it again
                     self.settle_through(committed)
-                except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
-                    log.warning("%s", fenced)
+                self._record_settled()
+            except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
+                log.warning("%s", fenced)
             self._acks.send(releases(self._backlog.give_back()))
             self._acks.release(self._held[e] for e in sorted(self._held))
             self._held.clear()
@@ -289,11 +301,23 @@ class MicroBatchDriver:
         self._available_now = log_end_offsets(self._options.replay_config, self._coordinator.partitions)
 
     # -- helpers -----------------------------------------------------------------------
-    def _publish_counters(self, left: bool = False) -> None:
+    def _record_settled(self) -> None:
+        """Write the settled epochs' statuses now, when no ledger write of a new epoch will carry them."""
+        settled, self._settled = self._settled, {}
+        try:
+            self.store.ledger.set_statuses(self._group_id, settled)
+        except BaseException:
+            self._settled = {**settled, **self._settled}
+            raise
+
+    def _publish_counters(self, left: bool = False, at_once: bool = False) -> None:
+        """The first row says the member joined, the last that it left; in between, while records flow, one
+        every PUBLISH_EVERY_S, and ``at_once`` when the queue is idle."""
         snapshot = self.counters.snapshot()
-        if snapshot != self._published or left:
+        due = at_once or not self._published or time.monotonic() - self._published_at >= PUBLISH_EVERY_S
+        if (snapshot != self._published and due) or left:
             self.store.progress.append(self._group_id, self._run_id, snapshot, left=left)
-            self._published = snapshot
+            self._published, self._published_at = snapshot, time.monotonic()
 
     def _acquire(self, max_records: int | None) -> tuple[pa.Table, int]:
         """The next epoch's records and when they were acquired: from the backlog, or newly acquired.
@@ -403,8 +427,8 @@ class MicroBatchDriver:
         done = [epoch for epoch in epochs if self._emitted.came_back(epoch)]
         for epoch in done:
             self._decisions.pop(epoch, None)
-        if done:  # every record of theirs was acknowledged in the end
-            self.store.ledger.set_status(self._group_id, done, EpochStatus.ACKED)
+        # every record of theirs was acknowledged in the end; in order with their earlier ACK_FAILED
+        self._settled.update(dict.fromkeys(done, EpochStatus.ACKED))
 
     def _decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
         if epoch not in self._decisions:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -35,8 +35,8 @@ __all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED", "STATUSES", "UNSE
 class EpochStatus(StrEnum):
     """Where an epoch is in its life; the ledger's ``status`` column holds these values."""
 
-    ACQUIRED = "ACQUIRED"  # ledgered, not yet in a batch Spark planned
-    EMITTED = "EMITTED"  # in a batch Spark planned, not yet settled
+    ACQUIRED = "ACQUIRED"  # ledgered and held by the run that acquired it (planned or not), not yet settled
+    EMITTED = "EMITTED"  # a RELEASED epoch Spark had logged, planned again: its records are read back
     ACKED = "ACKED"  # every record acknowledged as decided
     ACK_FAILED = "ACK_FAILED"  # some acknowledgements failed: those records come back and are deduplicated
     RELEASED = "RELEASED"  # given back before Spark committed it
@@ -250,22 +250,29 @@ class Ledger:
                 f"{latest['epoch']}), which took over the ledger at {self.table.shown}: two drivers ran one query "
                 "state at once; this one stops writing")
 
-    def write_epoch(self, entry: LedgerEntry, *, replace_released: bool = False) -> LedgerEntry:
+    def write_epoch(self, entry: LedgerEntry, *, replace_released: bool = False,
+                    settled: Mapping[int, EpochStatus] | None = None) -> LedgerEntry:
         """Record ``entry`` unless its (query, epoch) is already there; returns the entry that holds.
 
         Idempotent: a repeated or concurrent write of the same epoch keeps the first one. With
         ``replace_released`` an epoch whose records were RELEASED is written anew: Spark never
-        logged it, and its records went back to the group.
+        logged it, and its records went back to the group. ``settled``: statuses of the query's
+        earlier epochs, moved in the same commit, so a steady query writes the ledger once per epoch.
         """
+        written = [False]  # whether the plan that committed wrote the entry
+
         def plan(snapshot: Snapshot) -> Write | None:
             self._check_fence(snapshot, entry.query_id)
-            held = self._fold(snapshot).get(entry.query_id, {}).get(entry.epoch)
-            if held is not None and not (replace_released and held.status == "RELEASED"):
-                return None
-            row = entry_row(entry, snapshot.next_version, _now_ms())
-            return Write(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA))
+            folded = self._fold(snapshot).get(entry.query_id, {})
+            rows = self._status_rows(snapshot, entry.query_id, folded, settled or {})
+            held = folded.get(entry.epoch)
+            written[0] = held is None or (replace_released and held.status == "RELEASED")
+            if written[0]:
+                rows.append(entry_row(entry, snapshot.next_version, _now_ms()))
+            return Write(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)) if rows else None
 
-        if self.table.commit(plan) is not None:
+        self.table.commit(plan)
+        if written[0]:
             return entry
         kept = self.get(entry.query_id, entry.epoch)
         assert kept is not None, "an epoch found in the ledger cannot vanish between two reads"
@@ -287,26 +294,28 @@ class Ledger:
 
     def set_status(self, query_id: str, epochs: Iterable[int], status: EpochStatus) -> None:
         """Move the epochs to ``status`` in one commit (epochs already there are left alone)."""
-        status = epoch_status(status)
-        wanted = sorted(set(epochs))
+        self.set_statuses(query_id, dict.fromkeys(epochs, epoch_status(status)))
 
+    def set_statuses(self, query_id: str, statuses: Mapping[int, EpochStatus]) -> None:
+        """Move each epoch to its status in one commit (epochs already there are left alone)."""
         def plan(snapshot: Snapshot) -> Write | None:
             self._check_fence(snapshot, query_id)
-            folded = self._fold(snapshot).get(query_id, {})
-            unknown = [e for e in wanted if e not in folded]
-            if unknown:
-                raise StateStoreError(f"the ledger at {self.table.shown} has no epochs {unknown} of query "
-                                      f"{query_id!r}: cannot set them to {status}")
-            changed = [e for e in wanted if folded[e].status != status]
-            if not changed:
-                return None
-            now = _now_ms()
-            rows = [{"query_id": query_id, "epoch": e, "kind": "STATUS", "status": status,
-                     "commit_version": snapshot.next_version, "updated_at_ms": now} for e in changed]
-            return Write(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA))
+            rows = self._status_rows(snapshot, query_id, self._fold(snapshot).get(query_id, {}), statuses)
+            return Write(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)) if rows else None
 
-        if wanted:
+        if statuses:
             self.table.commit(plan)
+
+    def _status_rows(self, snapshot: Snapshot, query_id: str, folded: Mapping[int, Any],
+                     statuses: Mapping[int, EpochStatus]) -> list[dict[str, Any]]:
+        unknown = sorted(e for e in statuses if e not in folded)
+        if unknown:
+            raise StateStoreError(f"the ledger at {self.table.shown} has no epochs {unknown} of query "
+                                  f"{query_id!r}: cannot set their statuses")
+        now = _now_ms()
+        return [{"query_id": query_id, "epoch": e, "kind": "STATUS", "status": epoch_status(status),
+                 "commit_version": snapshot.next_version, "updated_at_ms": now}
+                for e, status in sorted(statuses.items()) if folded[e].status != status]
 
     def max_epoch(self, query_id: str) -> int | None:
         folded = self._fold(self.table.snapshot()).get(query_id)

@@ -23,8 +23,15 @@ def record_value(number: int, value_bytes: int) -> bytes:
     return str(number).encode().ljust(value_bytes, b".")
 
 
+#: records per produce-and-flush: librdkafka's queue holds 100,000 messages, and a broker slower than
+#: Python's producing loop would fill it (BufferError) in a single pass over a larger topic
+_PRODUCE_CHUNK = 50_000
+
+
 def produce_dataset(kafka: KafkaUnderTest, partitions: int, records: int, value_bytes: int) -> str:
     """A new topic with ``partitions`` partitions holding records ``0..records-1`` round-robin."""
     topic = kafka.new_topic(partitions, prefix=f"bench-p{partitions}")
-    kafka.produce(topic, ((n % partitions, str(n).encode(), record_value(n, value_bytes)) for n in range(records)))
+    for first in range(0, records, _PRODUCE_CHUNK):
+        kafka.produce(topic, ((n % partitions, str(n).encode(), record_value(n, value_bytes))
+                              for n in range(first, min(records, first + _PRODUCE_CHUNK))))
     return topic

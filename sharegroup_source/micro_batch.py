@@ -37,14 +37,18 @@ from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition
 from sharegroup_source.schema import NO_RECORDS, by_partition, has_payload, row_bytes, spans, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
+from state_store.maintenance import BackgroundMaintenance
 
 __all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions"]
 
 log = logging.getLogger(__name__)
 
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
-#: Compact, checkpoint and vacuum the state tables this often, so a long-running query's state stays small.
+#: Compact, checkpoint and vacuum the state tables this often (in the background), so a long-running query's
+#: state stays small.
 MAINTAIN_EVERY_EPOCHS = 200
+#: How long a stop waits for a maintenance round under way.
+MAINTENANCE_STOP_WAIT_S = 30.0
 #: How often a run's counters go to the progress table (and when it stops): a row per epoch would double the
 #: commits of a steady query.
 PUBLISH_EVERY_S = 5.0
@@ -69,6 +73,10 @@ class MicroBatchDriver:
         self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
                                 storage_options=dict(options.storage_options))
         self.counters = SourceCounters()
+        self._maintenance = BackgroundMaintenance(
+            lambda: StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
+                               storage_options=dict(options.storage_options)).maintain(),
+            f"query {options.group_id}'s state")
         self._published: dict[str, int | None] = {}
         self._published_at = 0.0
         # statuses of settled epochs, recorded with the next ledger write: one commit per steady epoch
@@ -249,7 +257,7 @@ class MicroBatchDriver:
         unacknowledged = self._acks.settle(held, payloads)
         self._settled.update(settled_statuses(unacknowledged))
         if held and held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
-            self.store.maintain()
+            self._maintenance.request()
         for e, records in unacknowledged.items():
             if records:
                 self._emitted.expect_back(e, records)
@@ -295,6 +303,7 @@ class MicroBatchDriver:
                 self._dead_letter_archived()  # a RELEASE at the limit archives
             finally:
                 self._publish_counters(left=True)
+                self._maintenance.join(MAINTENANCE_STOP_WAIT_S)
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""

@@ -122,6 +122,7 @@ class GroupStore:
         self.share_state = ShareStateTable(_table(location, "share_state", SHARE_STATE_SCHEMA, storage_options),
                                            settings.share_config)
         self._members = _table(location, "members", MEMBERS_SCHEMA, storage_options)
+        self._storage_options = storage_options
 
     @classmethod
     def open(cls, location: str, group_id: str, requested: Mapping[str, int | str], *,
@@ -156,6 +157,10 @@ class GroupStore:
                                   "is created by its first member (coordinator=delta with this groupLocation)")
         row = _first(rows)
         return cls(root, row["group_id"], _settings_of(row), settings_table, storage_options)
+
+    def for_another_thread(self) -> GroupStore:
+        """The same group on table instances of its own: an instance is one thread's."""
+        return GroupStore.existing(self.location, storage_options=self._storage_options)
 
     # -- members -----------------------------------------------------------------------------
     def join(self, member_id: str, kind: str) -> None:

@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from state_store import (
     AckType,
     AcquiredRecords,
+    EpochStatus,
     InvalidRecordStateError,
     LedgerEntry,
     OffsetRange,
@@ -25,6 +26,7 @@ from state_store import (
 )
 from state_store.delta_table import Write
 from state_store.ledger import LEDGER_SCHEMA
+from state_store.maintenance import BackgroundMaintenance
 from state_store.progress import COUNTERS
 
 
@@ -260,3 +262,37 @@ def test_ledger_rows_of_the_first_versions_still_read(store: StateStore) -> None
     legacy = store.ledger.get("q", 1).ranges[0]
     assert legacy == OffsetRange("orders", 0, 10, 15, gaps=((11, 12), (14, 14)), redelivered=((13, 3),))
     assert legacy.offsets() == [10, 13, 15]
+
+
+def test_a_settled_epochs_status_rides_with_the_next_entry_in_one_commit(store: StateStore) -> None:
+    store.ledger.write_epoch(entry(1))
+    version = store.ledger.table.snapshot().version
+    assert store.ledger.write_epoch(entry(2), settled={1: EpochStatus.ACKED}) == entry(2)
+    assert store.ledger.table.snapshot().version == version + 1
+    assert [(e.epoch, e.status) for e in store.ledger.entries("q")] == [(1, "ACKED"), (2, "ACQUIRED")]
+    with pytest.raises(StateStoreError, match=r"no epochs \[7\]"):
+        store.ledger.write_epoch(entry(3), settled={7: EpochStatus.ACKED})
+    assert store.ledger.get("q", 3) is None, "an entry whose statuses cannot be written is not written either"
+
+
+def test_background_maintenance_loses_no_ledger_write_made_meanwhile(tmp_path: Path) -> None:
+    """The driver keeps writing epochs while a maintenance round folds and vacuums the same ledger on
+    instances of its own: every epoch written before, during and after the round is still there."""
+    location = str(tmp_path / "state")
+    store = StateStore(location)
+    for epoch in range(1, 61):
+        store.ledger.write_epoch(entry(epoch), settled={epoch - 1: EpochStatus.ACKED} if epoch > 1 else None)
+    maintenance = BackgroundMaintenance(lambda: StateStore(location).maintain(ledger_keep_epochs=20), "test state")
+    assert maintenance.request()
+    epoch = 60
+    while maintenance.rounds == 0 and epoch < 400:  # writes while the round runs (it ends first: checked below)
+        epoch += 1
+        store.ledger.write_epoch(entry(epoch), settled={epoch - 1: EpochStatus.ACKED})
+    maintenance.join(timeout_s=60)
+    assert maintenance.rounds == 1 and maintenance.last_s is not None, "the round did not finish"
+    assert epoch > 61, "no epoch was written while the round ran"
+    after = StateStore(location).ledger.entries("q")
+    kept = {e.epoch for e in after}
+    assert set(range(epoch - 19, epoch + 1)) <= kept, "an epoch among the newest was lost"
+    assert {e.epoch: e.status for e in after}[epoch] == "ACQUIRED"
+    assert all(e.ranges == entry(e.epoch).ranges for e in after)

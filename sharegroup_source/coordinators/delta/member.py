@@ -25,6 +25,7 @@ from sharegroup_source.coordinators.delta.log_bounds import LogBounds
 from sharegroup_source.metadata import partition_counts
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
+from state_store.maintenance import BackgroundMaintenance
 
 __all__ = ["GroupMember", "Held"]
 
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, int]
-#: Maintenance (compaction, vacuum) of the group's tables after this many of the member's commits.
+#: Maintenance (compaction, vacuum) of the group's tables, in the background, after this many of the member's
+#: commits.
 MAINTAIN_EVERY_COMMITS = 200
 
 
@@ -59,6 +61,9 @@ class GroupMember:
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []
         self._commits = 0
+        self._maintenance = BackgroundMaintenance(
+            lambda: group.for_another_thread().maintain(),
+            f"group {group.group_id}")
         self._lock = threading.Lock()  # the caller's calls and the renewer take turns
         self._closed = threading.Event()
         group.join(member_id, kind)
@@ -145,6 +150,7 @@ class GroupMember:
             self.release_all()
         finally:
             self.group.leave(self.member_id)
+            self._maintenance.join(timeout_s=30)
 
     # -- internals ------------------------------------------------------------------------------
     def _commit(self, change: Callable[[dict[Key, SharePartition], int], T],
@@ -166,7 +172,7 @@ class GroupMember:
             if version is not None:
                 self._commits += 1
                 if self._commits % MAINTAIN_EVERY_COMMITS == 0:
-                    self.group.maintain()
+                    self._maintenance.request()
         return result
 
     def _renew_while_alive(self) -> None:

@@ -69,6 +69,7 @@ _SPARK_PICKLE = CPickleSerializer()
 def measure_delta(kafka: KafkaUnderTest, spark: SparkSession, sizes: DeltaSizes, partitions: int, scratch: Path,
                   timeout_s: float, say: Callable[[str], None], details: bool) -> dict[str, Any]:
     """(h) on one peer: the comparison, and with ``details`` the figures measured on the first peer only."""
+    sizes = sizes.on(kafka.is_embedded)
     topic = produce_dataset(kafka, partitions, sizes.records, 64)
     say(f"delta: produced {sizes.records:,} records of 64 B into {partitions} partitions")
     extra = delta_details(kafka, topic, sizes, partitions, scratch, timeout_s, say) if details else {}
@@ -92,8 +93,8 @@ def delta_rounds(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: 
         "plain_reader": lambda: plain_offset_reader(kafka, topic, partitions, sizes.records, sizes.reader_passes,
                                                     timeout_s),
         "delta": delta,
-        "broker": lambda: source_into_noop(spark, kafka, topic, sizes.records, scratch / f"broker-{next(runs)}",
-                                           timeout_s, **batches),
+        "broker": lambda: source_into_noop(spark, kafka, topic, min(sizes.records, sizes.broker_records),
+                                           scratch / f"broker-{next(runs)}", timeout_s, **batches),
     }
     if not kafka.is_embedded:  # Java clients cannot talk to the embedded broker (see the README)
         consumers["spark_kafka"] = lambda: kafka_into_noop(spark, kafka, topic, sizes.records,
@@ -107,6 +108,7 @@ def delta_rounds(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: 
         return round(rates[name] / rates[to], 3) if rates[name] is not None and rates[to] else None
 
     return {"kind": kafka.describe(), "topic_partitions": partitions, "records": sizes.records,
+            "options": {"maxRecordsPerTrigger": sizes.trigger, "maxRecordsPerPartition": sizes.task},
             "records_per_s": rates,
             "ratio_to_plain_reader": {name: ratio(name, "plain_reader") for name in DELTA_CONSUMERS},
             "ratio_to_spark_kafka": {name: ratio(name, "spark_kafka") for name in DELTA_CONSUMERS},

@@ -8,9 +8,13 @@ whole data set: 50,000 records of 64 bytes stay well below that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 __all__ = ["DeltaSizes", "Sizes"]
+
+#: The most 64-byte records a 4-partition topic of the embedded broker holds whole (5 MiB per partition).
+EMBEDDED_DELTA_RECORDS = 200_000
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,18 @@ class DeltaSizes:
     member_poll_records: int
     member_counts: tuple[int, ...] = (1, 2, 4)
     member_rounds: int = 1
+    #: the broker coordinator reads this many of the records: its rate is bounded by the lock limit, not the
+    #: batch size, so more records only make the run longer
+    broker_records: int = 100_000
+
+    def on(self, embedded: bool) -> DeltaSizes:
+        """The sizes on one peer: the embedded broker keeps 5 MiB per partition, so there the topic and the
+        batches shrink by the same factor (the same number of batches per run)."""
+        factor = math.ceil(self.records / EMBEDDED_DELTA_RECORDS) if embedded else 1
+        if factor == 1:
+            return self
+        return replace(self, records=self.records // factor, trigger=self.trigger // factor,
+                       task=self.task // factor)
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,7 @@ class Sizes:
         return cls(records=50_000, value_bytes=64, partition_counts=(1, 2, 4, 8, 16), main_partitions=4,
                    max_records_per_partition=(500, 2_000, 10_000), baseline_repeats=3, source_repeats=3,
                    scaling_repeats=1, headline_repeats=3, ledger_epochs=200, memory_batches=4,
-                   delta=DeltaSizes(records=100_000, trigger=20_000, task=5_000, rounds=2, reader_passes=8,
+                   delta=DeltaSizes(records=400_000, trigger=100_000, task=25_000, rounds=2, reader_passes=4,
                                     coordination_passes=2, bytes_records=4_000, bytes_epoch=1_000,
                                     member_records=30_000, member_poll_records=500))
 

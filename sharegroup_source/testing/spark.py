@@ -34,6 +34,11 @@ def local_spark() -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopTimeout", "60s")
+        # as conf/spark-defaults.conf: checkpoints without .crc files and FileContext round trips, about
+        # 110 ms less of Spark's own time per micro-batch (make bench, 2026-11-23)
+        .config("spark.sql.streaming.checkpointFileManagerClass",
+                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2}")
         .getOrCreate()
     )

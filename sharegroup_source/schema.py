@@ -97,26 +97,37 @@ def records_to_arrow(
     """Records as the output table; ``delivery_counts`` (one per record) overrides the messages' own counts.
 
     Replayed records come from a plain consumer that knows no delivery count, so the
-    ledger supplies it.
+    ledger supplies it. One pass over the records per field, through the client's own methods;
+    the rest is columnar.
     """
-    timestamps = [r.timestamp() for r in records]
-    columns = {
-        "key": [r.key() for r in records],
-        "value": [r.value() for r in records],
-        "topic": [r.topic() for r in records],
-        "partition": [r.partition() for r in records],
-        "offset": [r.offset() for r in records],
-        "timestamp": [ms * 1000 if kind else None for kind, ms in timestamps],
-        "timestampType": [kind - 1 for kind, _ in timestamps],  # Kafka ids: -1 none, 0 create, 1 log append
-    }
+    count = len(records)
+    stamps = np.array(list(map(Message.timestamp, records)), np.int64).reshape(count, 2)
+    kinds, millis = stamps[:, 0], stamps[:, 1]
+    columns = [
+        pa.array(list(map(Message.key, records)), pa.binary()),
+        pa.array(list(map(Message.value, records)), pa.binary()),
+        pa.array(list(map(Message.topic, records)), pa.string()),
+        pa.array(list(map(Message.partition, records)), pa.int32()),
+        pa.array(list(map(Message.offset, records)), pa.int64()),
+        pa.array(millis * 1000, pa.timestamp("us", tz="UTC"), mask=kinds == 0),  # kind 0: no timestamp
+        pa.array(kinds - 1, pa.int32()),  # Kafka ids: -1 none, 0 create, 1 log append
+    ]
     if include_headers:
-        columns["headers"] = [[{"key": k, "value": v} for k, v in _header_pairs(r)] for r in records]
-    if delivery_counts is None:
-        columns["deliveryCount"] = [r.delivery_count() or 1 for r in records]
-    else:
-        columns["deliveryCount"] = delivery_counts
-    columns["epoch"] = [epoch] * len(records)
-    return pa.Table.from_pydict(columns, schema=arrow_schema(include_headers))
+        columns.append(_headers(records))
+    counts = [r.delivery_count() or 1 for r in records] if delivery_counts is None else delivery_counts
+    columns += [pa.array(counts, pa.int32()), pa.array(np.full(count, epoch, np.int64))]
+    return pa.Table.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _headers(records: Sequence[Message]) -> pa.Array:
+    """The headers column: most records have none, so only those with some are looked at one by one."""
+    pairs = [_header_pairs(r) if r.headers() else [] for r in records]
+    offsets = np.zeros(len(records) + 1, np.int32)
+    np.cumsum([len(p) for p in pairs], out=offsets[1:])
+    flat = [pair for p in pairs for pair in p]
+    entries = pa.StructArray.from_arrays([pa.array([k for k, _ in flat], pa.string()),
+                                          pa.array([v for _, v in flat], pa.binary())], fields=list(_HEADER))
+    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=pa.list_(_HEADER))
 
 
 def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

@@ -164,6 +164,27 @@ def test_records_at_the_delivery_limit_are_archived_and_dead_lettered(spark, kaf
     assert all(not batches for batches in setup.in_flight().values()), "archived records leave the in-flight window"
 
 
+def test_max_deliveries_rejects_a_record_released_every_time_before_the_groups_limit(spark, kafka, tmp_path):
+    """maxDeliveries=3 under a group limit of 10: the source rejects the 4th delivery and keeps it as a dead letter."""
+    setup = _setup(kafka, tmp_path, partitions=1)
+    produced = kafka.produce_numbered(setup.topic, 60, 1)
+    poison = b"record-13"
+    options = setup.options(**{"share.delivery.count.limit": 10})
+
+    def release_poison(frame, batch_id):
+        sharegroup_source.acknowledge(frame.filter(frame.value == poison), "RELEASE", "still failing",
+                                      options=options)
+        return frame.filter(frame.value != poison)
+
+    query = setup.batch_sink(spark, release_poison, maxRecordsPerTrigger=20, maxDeliveries=3,
+                             **{"share.delivery.count.limit": 10})
+    query.awaitTermination(180)
+    assert query.exception() is None
+    _assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
+    assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}
+    assert all(not batches for batches in setup.in_flight().values()), "the rejected record left the window"
+
+
 def test_acknowledge_reject_and_release_in_delta_mode(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 300, 2)
@@ -214,11 +235,10 @@ def test_group_settings_conflicts_and_bad_locations_fail_clearly(kafka, tmp_path
 def test_kafka_without_share_groups_serves_a_delta_query(spark, kafka, tmp_path):
     """Apache Kafka formatted with share.version=0: a share consumer is refused, a delta-mode query is not."""
     kafka.require_apache("it starts a second Apache Kafka broker, with share groups switched off")
-    with ApacheKafka(share_groups=False) as plain:
+    with ApacheKafka(share_groups=False) as plain, KafkaUnderTest(None, plain.bootstrap_servers, plain) as plain_kafka:
         features = plain.run_tool("kafka-features", "--bootstrap-server", plain.bootstrap_servers, "describe")
         share = [line for line in features.stdout.splitlines() if "share.version" in line]
         assert share and "FinalizedVersionLevel: 0" in share[0], features.stdout + features.stderr
-        plain_kafka = KafkaUnderTest(None, plain.bootstrap_servers, plain)
         setup = _setup(plain_kafka, tmp_path, partitions=2)
         produced = plain_kafka.produce_numbered(setup.topic, 500, 2)
         query = setup.file_sink(spark, maxRecordsPerTrigger=200)

@@ -47,6 +47,19 @@ class KafkaUnderTest:
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
 
+    def __enter__(self) -> KafkaUnderTest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let go of the run's clients before the broker stops: a client left behind complains on stderr
+        about its broker's closed port until the process ends."""
+        if self._producer is not None:
+            self._producer.flush(5)
+        self._producer = self._admin = None  # the last reference: librdkafka destroys them now
+
     @property
     def admin(self) -> AdminClient:
         """One admin client for the run: a dropped one cancels its pending requests."""
@@ -189,12 +202,13 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
 def kafka_session(peer: str = "embedded") -> Iterator[KafkaUnderTest]:
     """One Kafka peer for a whole run, stopped at the end (no JVM is left behind)."""
     if peer == "embedded":
-        with EmbeddedBroker(brokers=1) as broker:
-            yield KafkaUnderTest(broker, broker.bootstrap_servers)
+        with EmbeddedBroker(brokers=1) as broker, KafkaUnderTest(broker, broker.bootstrap_servers) as kafka:
+            yield kafka
     elif peer != "apache":
         raise ValueError(f"unknown Kafka peer {peer!r}: expected one of {PEERS}")
     elif os.environ.get(BOOTSTRAP_ENV):
-        yield KafkaUnderTest(None, os.environ[BOOTSTRAP_ENV])
+        with KafkaUnderTest(None, os.environ[BOOTSTRAP_ENV]) as kafka:
+            yield kafka
     else:
-        with ApacheKafka() as apache:
-            yield KafkaUnderTest(None, apache.bootstrap_servers, apache)
+        with ApacheKafka() as apache, KafkaUnderTest(None, apache.bootstrap_servers, apache) as kafka:
+            yield kafka

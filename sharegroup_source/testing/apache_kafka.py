@@ -50,6 +50,9 @@ TEST_SETTINGS = {
     # Lets a test give a group a session timeout under Kafka's 45 s minimum, so a SIGKILLed
     # member's partitions come back within the test's time (the soak uses 12 s).
     "group.share.min.session.timeout.ms": "3000",
+    # Only the ceiling of share.partition.max.record.locks (a static broker setting): the bench measures a
+    # group with 10,000 records in flight; every group's default stays 2,000.
+    "group.share.max.partition.max.record.locks": "10000",
     # One node: internal topics cannot have three replicas.
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",

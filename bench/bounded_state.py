@@ -37,7 +37,7 @@ from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.emitted_index import EmittedIndex
 from state_store import LedgerEntry, OffsetRange, StateStore
 from state_store.delta_table import Snapshot, Write
-from state_store.ledger import LEDGER_SCHEMA, entry_row
+from state_store.ledger import LEDGER_SCHEMA, entry_row, epoch_status
 
 __all__ = ["bounded_state", "ledger_row_size", "restart_cost"]
 
@@ -100,13 +100,14 @@ def _write_block(store: StateStore, block: range, records: int, epochs: int) -> 
 
 
 def _write_like_the_driver(store: StateStore, block: range, records: int, epochs: int) -> None:
-    """Epochs after the last maintenance, commit by commit through the Ledger as the driver writes them:
-    the restart reads these as hundreds of small data files, which batching would hide."""
+    """Epochs after the last maintenance, commit by commit through the Ledger as a steady driver writes them:
+    one commit per epoch, its entry carrying the previous epoch's final status (``settled``); the newest
+    epoch keeps the status it was written with. The restart reads these as a couple of hundred small data
+    files, which batching would hide."""
     for epoch in block:
-        store.ledger.write_epoch(_entry(epoch, records))
-        final = _final_status(epoch, epochs)
-        for status in ("EMITTED", final) if final != "ACQUIRED" else ():
-            store.ledger.set_status(QUERY, [epoch], status)
+        previous = epoch - 1
+        settled = {previous: epoch_status(_final_status(previous, epochs))} if previous in block else {}
+        store.ledger.write_epoch(_entry(epoch, records), settled=settled)
 
 
 def build_state(location: str, epochs: int, records: int) -> dict[str, Any]:
@@ -225,19 +226,25 @@ def ledger_row_size(root: Path) -> dict[str, Any]:
 
 # -- the figure ----------------------------------------------------------------------------------
 def bounded_state(root: Path, epochs: int, records: int, baseline_epochs: int,
-                  say: Callable[[str], None]) -> dict[str, Any]:
-    """(g): restart cost on a ``baseline_epochs`` and an ``epochs`` state, and the ledger row sizes."""
-    restarts = {}
+                  say: Callable[[str], None], built: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """(g): restart cost on a ``baseline_epochs`` and an ``epochs`` state, and the ledger row sizes.
+
+    Both states are built before any restart is timed, and ``built()`` is called then: what runs beside the
+    builds (the bench starts Spark there) has settled before the restarts, which are timed on a quiet machine."""
+    states = {}
     for label, count in (("baseline", baseline_epochs), ("long_lived", epochs)):
         location = str(root / f"state-{count}")
-        built = build_state(location, count, records)
-        say(f"(g) built {count:,} epochs of {records:,} records in {built['build_s']} s "
-            f"({built['ledger_files']} ledger files, {built['ledger_bytes']:,} B)")
-        restarts[label] = {**built, **restart_cost(location)}
-        say(f"(g) restart on {count:,} epochs: {restarts[label]['start_s']} s, "
+        states[label] = (location, build_state(location, count, records))
+        say(f"(g) built {count:,} epochs of {records:,} records in {states[label][1]['build_s']} s "
+            f"({states[label][1]['ledger_files']} ledger files, {states[label][1]['ledger_bytes']:,} B)")
+    built()
+    restarts = {}
+    for label, (location, figures) in states.items():
+        restarts[label] = {**figures, **restart_cost(location)}
+        say(f"(g) restart on {figures['epochs']:,} epochs: {restarts[label]['start_s']} s, "
             f"peak RSS +{restarts[label]['peak_rss_increase_mb']} MB")
     base, big = restarts["baseline"], restarts["long_lived"]
-    restarts["long_lived_maintained"] = _after_maintenance(str(root / f"state-{epochs}"))
+    restarts["long_lived_maintained"] = _after_maintenance(states["long_lived"][0])
     say(f"(g) restart on {epochs:,} epochs right after maintenance: {restarts['long_lived_maintained']['start_s']} s, "
         f"peak RSS +{restarts['long_lived_maintained']['peak_rss_increase_mb']} MB")
     rows = ledger_row_size(root / "row-size")

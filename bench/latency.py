@@ -37,8 +37,9 @@ from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 __all__ = ["measure_latency"]
 
-#: records produced this long after the consumer's first commit are counted (the backlog of its start is drained)
-WARM_UP_S = 5.0
+#: records produced this long after the consumer's first commit are counted: the backlog of its start (a few
+#: seconds of records at a fifth of the consumer's rate) is drained within about a second
+WARM_UP_S = 3.0
 _TICK_S = 0.01
 
 

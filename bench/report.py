@@ -193,10 +193,13 @@ def delta_table(delta: dict[str, Any]) -> list[str]:
     peers = delta["peers"]
     options = delta["options"]
     width = sum(_CELL)
-    lines = [f"(h) coordinator=delta: the same {delta['records']:,} records of {delta['value_bytes']} B in "
-             f"{delta['partitions']} partitions, maxRecordsPerTrigger {options['maxRecordsPerTrigger']:,}, "
-             f"maxRecordsPerPartition {options['maxRecordsPerPartition']:,}; medians of {delta['rounds']} "
-             "interleaved round(s)",
+    used = {peer: (summary.get("records", delta["records"]), summary.get("options", options)) for peer, summary in
+            peers.items()}
+    sizes = "; ".join(f"{peer}: {records:,} records, maxRecordsPerTrigger {opts['maxRecordsPerTrigger']:,}, "
+                      f"maxRecordsPerPartition {opts['maxRecordsPerPartition']:,}"
+                      for peer, (records, opts) in used.items())
+    lines = [f"(h) coordinator=delta: records of {delta['value_bytes']} B in {delta['partitions']} partitions, the "
+             f"same for every consumer of a peer ({sizes}); medians of {delta['rounds']} interleaved round(s)",
              f"{'':<46}" + "".join(f"{peer + ' Kafka':>{width}}" for peer in peers),
              f"{'consumer':<46}" + _cell("records/s", "/reader", "/kafka") * len(peers)]
     for name, label in DELTA_CONSUMERS.items():

@@ -177,6 +177,9 @@ def bounded_state_table(state: dict[str, Any]) -> list[str]:
             line("live epochs read", lambda run: f"{run['live_epochs']:,}"),
             line("ledger data files / MB", lambda run: f"{run['ledger_files']} / {run['ledger_bytes'] / 2**20:.2f}"),
             line("state build time, s", lambda run: f"{run.get('build_s', '-')}"),
+            line("maintenance round p50 / max, s",
+                 lambda run: f"{run['maintenance_s_p50']} / {run['maintenance_s_max']}"
+                 if run.get("maintenance_s_p50") is not None else "-"),
             f"(g) one epoch of a compacted topic ({row['records']:,} records over {row['offsets']:,} offsets), "
             f"ledger data on disk:",
             f"    {row['current_bytes']:,} B now ({row['gap_runs']:,} gap runs), {row['legacy_bytes']:,} B in the "

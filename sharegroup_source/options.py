@@ -13,7 +13,7 @@ from typing import Any, overload
 
 from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
-from sharegroup_source.coordinators.broker.share_client import share_consumer_config
+from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, share_consumer_config
 from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka_clients import refuse_java_settings
 from sharegroup_source.locations import resolve_location
@@ -181,8 +181,10 @@ class SourceOptions:
         return None if self.dead_letter_location is None else redact_location(self.dead_letter_location)
 
     @property
-    def max_poll_records(self) -> int:
-        return self.max_records_per_trigger or 10_000
+    def max_poll_records(self) -> int | None:
+        """What one acquisition asks for: ``maxRecordsPerTrigger``, or None for what the share-partitions'
+        in-flight windows allow (the broker coordinator sizes its poll by the subscribed partitions)."""
+        return self.max_records_per_trigger
 
     def __repr__(self) -> str:
         shown = redact({f"kafka.{k}": v for k, v in self.kafka.items()})
@@ -327,7 +329,7 @@ _PHRASES = {"SASL mechanism": "sasl.mechanism"}
 _QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
 
 
-def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int, *,
+def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int | None, *,
                  share_consumer: bool) -> None:
     """Build the clients the source will build (a share consumer only for the broker coordinator, and the
     plain consumer that reads offsets), without brokers, and close them: librdkafka refuses unknown
@@ -335,7 +337,7 @@ def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, st
     user = {**share_config, **replay_config}
     clients: list[tuple[Any, Mapping[str, Any]]] = [(Consumer, replay_consumer_config(replay_config))]
     if share_consumer:
-        clients.insert(0, (ShareConsumer, share_consumer_config(share_config, max_poll_records)))
+        clients.insert(0, (ShareConsumer, share_consumer_config(share_config, max_poll_records or MAX_RECORD_LOCKS)))
     for client, config in clients:
         try:
             client(_without_side_effects(config)).close()

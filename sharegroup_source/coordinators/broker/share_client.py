@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 #: Longest a stop waits for the share consumer to leave the group.
 CLOSE_TIMEOUT_S = 30.0
+#: Records per subscribed partition one poll asks for: five times Kafka's default in-flight window
+#: (``share.partition.max.record.locks``, 2,000), so the group's window, not the client, bounds a poll.
+MAX_RECORD_LOCKS = 10_000
+#: librdkafka's largest ``max.poll.records``
+_MAX_POLL_RECORDS = 2**31 - 1
 _KAFKA_ACK_TYPES = {AckType.ACCEPT: AcknowledgeType.ACCEPT, AckType.RELEASE: AcknowledgeType.RELEASE,
                     AckType.REJECT: AcknowledgeType.REJECT}
 
@@ -48,7 +53,8 @@ class ShareClient:
     """A share-group member with explicit acknowledgement.
 
     ``config`` is librdkafka configuration (``bootstrap.servers``, ``group.id``, security
-    settings...). ``max_poll_records`` bounds one poll, which is also one epoch. The topics
+    settings...). ``max_poll_records`` bounds one poll, which is also one epoch; None asks for
+    what the subscribed share-partitions' in-flight windows can hold (``poll_size``). The topics
     are checked first, so a typo fails here (ClusterError) instead of polling nothing forever.
     """
 
@@ -56,12 +62,12 @@ class ShareClient:
         self,
         config: Mapping[str, Any],
         topics: Iterable[str],
-        max_poll_records: int = 10_000,
+        max_poll_records: int | None = None,
         metadata_timeout_s: float = 15.0,
     ):
         self.topics = list(topics)
         self.partitions = partition_counts(config, self.topics, metadata_timeout_s)
-        self._config = share_consumer_config(config, max_poll_records)
+        self._config = share_consumer_config(config, max_poll_records or poll_size(self.partitions))
         self._consumer = ShareConsumer(consumer_config(self._config))  # its log: sharegroup_source.kafka
         self._consumer.subscribe(self.topics)
 
@@ -139,6 +145,13 @@ class ShareClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def poll_size(partitions: Mapping[str, int]) -> int:
+    """A poll that the share-partitions' in-flight windows bound, not the client: each subscribed partition
+    may give up to ``MAX_RECORD_LOCKS`` records (the broker acquires at most its group's
+    ``share.partition.max.record.locks`` and whole producer batches; bytes are bounded by ``fetch.max.bytes``)."""
+    return min(max(sum(partitions.values()), 1) * MAX_RECORD_LOCKS, _MAX_POLL_RECORDS)
 
 
 def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:

@@ -37,9 +37,11 @@ IDLE_CHECK_S = 0.2
 class DeltaCoordinator:
     """The query run's member of a Delta-coordinated group, behind the driver's Coordinator interface."""
 
-    def __init__(self, member: GroupMember, max_records: int):
+    def __init__(self, member: GroupMember, max_records: int | None = None):
+        """``max_records`` bounds an acquisition; None: what the subscribed share-partitions' in-flight
+        windows hold (partitions x the group's ``share.partition.max.record.locks``)."""
         self._member = member
-        self._max_records = max_records
+        self._max_records = max_records or member.group.settings.max_record_locks * sum(member.partitions.values())
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,

@@ -1,0 +1,65 @@
+"""How big a micro-batch is by default: what the share-partitions' in-flight windows hold, not one fixed poll.
+
+A share-partition holds at most the group's ``share.partition.max.record.locks`` records in flight
+(2,000 by default), so a batch of one member's poll can hold up to partitions x that many records;
+a fixed 10,000-record poll made a 16-partition topic no faster than a 4-partition one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, poll_size
+from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.options import SourceOptions
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from state_store import EpochStatus
+
+#: the poll size of every default batch before the windows sized it
+OLD_POLL = 10_000
+
+
+def test_a_poll_asks_for_what_every_subscribed_partition_may_hold():
+    assert poll_size({"orders": 8, "audit": 2}) == 10 * MAX_RECORD_LOCKS
+    assert poll_size({}) == MAX_RECORD_LOCKS
+    assert poll_size({"huge": 10**6}) == 2**31 - 1, "librdkafka's largest max.poll.records"
+
+
+def _drain(options: SourceOptions) -> list[int]:
+    """Run the driver as Spark would (acquire, plan, settle) until the queue is empty: each epoch's size."""
+    driver = MicroBatchDriver(options)
+    try:
+        start, sizes = driver.initial_offset(), []
+        while (end := driver.latest_offset(start, None)) != start:
+            driver.plan(start, end)
+            sizes.append(driver.store.ledger.get(options.group_id, end["epoch"]).record_count)
+            start = end
+        driver.commit(start["epoch"])
+    finally:
+        driver.stop()
+    statuses = {e.status for e in driver.store.ledger.entries(options.group_id)}
+    assert statuses == {EpochStatus.ACKED}, statuses
+    return sizes
+
+
+def test_a_default_broker_batch_takes_every_partitions_window(kafka: KafkaUnderTest, tmp_path: Path):
+    topic = kafka.new_topic(8)
+    kafka.produce_numbered(topic, 24_000, 8)
+    sizes = _drain(SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers,
+                                        "kafka.group.id": kafka.new_group(), "subscribe": topic,
+                                        "stateLocation": str(tmp_path / "state")}))
+    assert sum(sizes) == 24_000, sizes
+    # 8 windows of 2,000 (Apache Kafka acquires whole producer batches, so a little more there); an old
+    # poll of 10,000 held up to about 11,400 records on Apache Kafka for the same reason
+    assert max(sizes) >= 13_000, f"no epoch held more than one old poll of {OLD_POLL:,}: {sizes}"
+
+
+def test_a_default_delta_batch_takes_every_partitions_window(kafka: KafkaUnderTest, tmp_path: Path):
+    topic = kafka.new_topic(3)
+    kafka.produce_numbered(topic, 900, 3)
+    sizes = _drain(SourceOptions.parse({
+        "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": kafka.new_group(),
+        "subscribe": topic, "stateLocation": str(tmp_path / "state"), "coordinator": "delta",
+        "groupLocation": str(tmp_path / "group"), "share.auto.offset.reset": "earliest",
+        "share.partition.max.record.locks": "100"}))
+    assert sizes == [300, 300, 300], "3 windows of 100 records each per epoch"

@@ -39,7 +39,7 @@ from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, Source
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 from state_store.maintenance import BackgroundMaintenance
 
-__all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions"]
+__all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions", "task_cuts"]
 
 log = logging.getLogger(__name__)
 
@@ -472,14 +472,23 @@ def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> l
     table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
     if not options.include_headers:
         table = table.drop_columns(["headers"])
-    cuts, count, size = [0], 0, 0
-    for row, weight in enumerate(row_bytes(table)):
-        if count and (count == options.max_records_per_partition or size + weight > options.max_bytes_per_partition):
-            cuts.append(row)
-            count, size = 0, 0
-        count, size = count + 1, size + weight
-    cuts.append(table.num_rows)
-    return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a))) for a, b in itertools.pairwise(cuts) if b > a]
+    return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a)))
+            for a, b in itertools.pairwise(task_cuts(np.asarray(row_bytes(table), np.int64),
+                                                     options.max_records_per_partition,
+                                                     options.max_bytes_per_partition))]
+
+
+def task_cuts(weights: np.ndarray, max_records: int, max_bytes: int) -> list[int]:
+    """Row indices where tasks start (and the end): each task takes rows while it holds fewer than
+    ``max_records`` and stays within ``max_bytes``, but always at least one row. A step per task, not per row."""
+    ends = np.cumsum(weights)
+    cuts = [0]
+    while cuts[-1] < len(weights):
+        start = cuts[-1]
+        before = ends[start - 1] if start else 0
+        fits = int(np.searchsorted(ends, before + max_bytes, side="right"))  # rows [start, fits) fit the bytes
+        cuts.append(min(max(fits, start + 1), start + max_records))
+    return cuts
 
 
 def replay_partitions(entry: LedgerEntry, options: SourceOptions) -> list[ReplayPartition]:

@@ -44,6 +44,7 @@ _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
 DEFAULT_MAX_BYTES_PER_PARTITION = 32 * 1024 * 1024
+DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
 #: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
 #: previous epoch's locks (30 s by default) run out while the driver waits.
 _POLL_TIMEOUT_MAX_MS = 60_000
@@ -78,7 +79,10 @@ class SourceOptions:
     topics: tuple[str, ...]
     state_location: str
     max_records_per_trigger: int | None = None
-    max_records_per_partition: int = 10_000
+    #: records per Spark task. Each task costs Spark's Python data source path tens of milliseconds of its
+    #: own, so a default batch (what the windows hold: 32,000 records on 16 partitions) rides in one task;
+    #: a task of offsets covers one Kafka partition at most anyway
+    max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     #: key, value and header bytes per micro-batch (Spark's maxBytesPerTrigger), unbounded by default
     max_bytes_per_trigger: int | None = None
     #: key, value and header bytes per Spark task: a task travels in one RPC message, which Spark
@@ -132,7 +136,7 @@ class SourceOptions:
             topics=topics,
             state_location=state.state_location,
             max_records_per_trigger=_positive(lowered, "maxRecordsPerTrigger", None),
-            max_records_per_partition=_positive(lowered, "maxRecordsPerPartition", 10_000),
+            max_records_per_partition=_positive(lowered, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION),
             max_bytes_per_trigger=_positive(lowered, "maxBytesPerTrigger", None, maximum=_INT64_MAX),
             max_bytes_per_partition=_positive(lowered, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
             include_headers=_boolean(lowered, "includeHeaders", False),

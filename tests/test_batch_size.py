@@ -7,10 +7,13 @@ a fixed 10,000-record poll made a 16-partition topic no faster than a 4-partitio
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
+
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, poll_size
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.micro_batch import MicroBatchDriver, task_cuts
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from state_store import EpochStatus
@@ -63,3 +66,23 @@ def test_a_default_delta_batch_takes_every_partitions_window(kafka: KafkaUnderTe
         "groupLocation": str(tmp_path / "group"), "share.auto.offset.reset": "earliest",
         "share.partition.max.record.locks": "100"}))
     assert sizes == [300, 300, 300], "3 windows of 100 records each per epoch"
+
+
+def _cuts_row_by_row(weights: list[int], max_records: int, max_bytes: int) -> list[int]:
+    """The greedy split as a row-by-row loop states it."""
+    cuts, count, size = [0], 0, 0
+    for row, weight in enumerate(weights):
+        if count and (count == max_records or size + weight > max_bytes):
+            cuts.append(row)
+            count, size = 0, 0
+        count, size = count + 1, size + weight
+    return [*cuts, len(weights)] if weights else [0]
+
+
+def test_tasks_are_cut_by_records_and_bytes_as_row_by_row():
+    rng = random.Random(7)
+    for _ in range(300):
+        weights = [rng.choice((0, 1, 64, 900, 5_000)) for _ in range(rng.randint(0, 400))]
+        max_records, max_bytes = rng.randint(1, 120), rng.choice((1, 100, 1_000, 30_000, 10**9))
+        assert task_cuts(np.array(weights, np.int64), max_records, max_bytes) == \
+            _cuts_row_by_row(weights, max_records, max_bytes), (weights, max_records, max_bytes)

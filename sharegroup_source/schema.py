@@ -7,6 +7,8 @@ epoch's payload into InputPartitions as Arrow IPC, executors yield RecordBatches
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import chain
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -101,7 +103,8 @@ def records_to_arrow(
     the rest is columnar.
     """
     count = len(records)
-    stamps = np.array(list(map(Message.timestamp, records)), np.int64).reshape(count, 2)
+    # (kind, millis) pairs flattened straight into numpy: a 2-D array built from tuples costs twice as much
+    stamps = np.fromiter(chain.from_iterable(map(Message.timestamp, records)), np.int64, 2 * count).reshape(count, 2)
     kinds, millis = stamps[:, 0], stamps[:, 1]
     columns = [
         pa.array(list(map(Message.key, records)), pa.binary()),
@@ -113,21 +116,36 @@ def records_to_arrow(
         pa.array(kinds - 1, pa.int32()),  # Kafka ids: -1 none, 0 create, 1 log append
     ]
     if include_headers:
-        columns.append(_headers(records))
-    counts = [r.delivery_count() or 1 for r in records] if delivery_counts is None else delivery_counts
-    columns += [pa.array(counts, pa.int32()), pa.array(np.full(count, epoch, np.int64))]
+        columns.append(_headers(list(map(Message.headers, records))))
+    columns += [pa.array(_delivery_counts(records) if delivery_counts is None else delivery_counts, pa.int32()),
+                pa.array(np.full(count, epoch, np.int64))]
     return pa.Table.from_arrays(columns, schema=arrow_schema(include_headers))
 
 
-def _headers(records: Sequence[Message]) -> pa.Array:
-    """The headers column: most records have none, so only those with some are looked at one by one."""
-    pairs = [_header_pairs(r) if r.headers() else [] for r in records]
-    offsets = np.zeros(len(records) + 1, np.int32)
+def _delivery_counts(records: Sequence[Message]) -> list[int] | np.ndarray:
+    """The records' own delivery counts, 1 where a record has none (a plain consumer's records: no loop then)."""
+    counts = list(map(Message.delivery_count, records))
+    if counts.count(None) == len(counts):
+        return np.ones(len(counts), np.int32)
+    return [count or 1 for count in counts]
+
+
+def _headers(headers: list[Any]) -> pa.Array:
+    """The headers column from each record's ``Message.headers()``: most records have none, and when no
+    record has any the column is built without a loop; otherwise only records with some are looked at."""
+    if not any(headers):
+        return pa.ListArray.from_arrays(pa.array(np.zeros(len(headers) + 1, np.int32)), _header_entries([]),
+                                        type=pa.list_(_HEADER))
+    pairs = [_header_pairs(h) if h else [] for h in headers]
+    offsets = np.zeros(len(headers) + 1, np.int32)
     np.cumsum([len(p) for p in pairs], out=offsets[1:])
-    flat = [pair for p in pairs for pair in p]
-    entries = pa.StructArray.from_arrays([pa.array([k for k, _ in flat], pa.string()),
-                                          pa.array([v for _, v in flat], pa.binary())], fields=list(_HEADER))
-    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=pa.list_(_HEADER))
+    return pa.ListArray.from_arrays(pa.array(offsets), _header_entries([pair for p in pairs for pair in p]),
+                                    type=pa.list_(_HEADER))
+
+
+def _header_entries(flat: list[tuple[str, str | bytes | None]]) -> pa.StructArray:
+    return pa.StructArray.from_arrays([pa.array([k for k, _ in flat], pa.string()),
+                                       pa.array([v for _, v in flat], pa.binary())], fields=list(_HEADER))
 
 
 def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
@@ -163,9 +181,9 @@ def message_key(record: Message) -> tuple[str, int, int]:
     return topic, partition, offset
 
 
-def _header_pairs(record: Message) -> list[tuple[str, str | bytes | None]]:
+def _header_pairs(headers: list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None]
+                  ) -> list[tuple[str, str | bytes | None]]:
     """A record's headers as pairs (librdkafka gives a list of pairs; a dict is accepted too)."""
-    headers = record.headers() or []
     return list(headers.items()) if isinstance(headers, dict) else list(headers)
 
 

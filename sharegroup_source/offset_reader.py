@@ -1,7 +1,8 @@
-"""Replay exact offsets from the log with a plain consumer (assign + seek, no group).
+"""Read exact offsets from the log with a plain consumer (assign + seek, no group membership).
 
-Used to rebuild an epoch after a restart: the ledger says which offsets the epoch held,
-the share group may have moved on, so the records are read back by position.
+Used to rebuild an epoch after a restart (the ledger says which offsets the epoch held, the
+share group may have moved on, so the records are read back by position), and for every batch
+of the Delta coordinator, whose executors read the offset ranges the driver locked.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sharegroup_source.kafka_clients import consumer_config
+from sharegroup_source.consumer_pool import ConsumerPool, consumer_pool
 from sharegroup_source.schema import message_key
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
@@ -27,6 +28,12 @@ SHARE_GROUP_ISOLATION = "read_uncommitted"
 
 #: Records taken from the client per call: one Python call per fetch, not per record.
 _CONSUME_BATCH = 10_000
+#: How long one consume call waits to fill its batch. A call returns early only once the batch is
+#: full, so a read that ends at the log's end, where fewer records come than offsets were asked
+#: for (gaps, lost records), waits this long once; a short wait just makes the loop go round again.
+_CONSUME_WAIT_S = 0.05
+#: A position outside the log: with ``auto.offset.reset=error`` librdkafka reports it, and stops fetching.
+_OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 #: A leader that moves, a node that is down or a request cut off with its connection: retried until the deadline.
 _TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
               KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER, KafkaError.LEADER_NOT_AVAILABLE,
@@ -44,37 +51,111 @@ class RangeResult:
     gaps: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Scan:
+    """One assignment's reading: where it got to, and how it ended."""
+
+    position: int  #: the next offset the log would give: every wanted offset below it was read or is a gap
+    end: int | None = None  #: the log's end, when the read reached it (PARTITION_EOF)
+    out_of_range: bool = False  #: the position is outside the log (below its start, or past its end)
+
+
 class OffsetRangeReader:
-    """Reads requested offsets of one topic-partition at a time, tolerating gaps.
+    """Reads requested offsets of one topic-partition at a time, tolerating gaps, on a pooled consumer.
 
     Gaps (compacted records, transaction markers, aborted data) mean an offset may never
     arrive: reading stops once the log position passes the last requested offset or reaches
-    the partition's end, and the absent offsets are reported, not waited for. A node that is
-    down or a leader that moves is waited for, up to ``timeout_s`` per read: a replay runs in a
-    Spark task, and failing it fails the batch.
+    the partition's end, and the absent offsets are reported, not waited for. The consume
+    itself tells where the log ends (PARTITION_EOF) or that a position left it (offset out of
+    range); only then are the log's bounds looked up, so a read costs its fetches alone. A node
+    that is down or a leader that moves is waited for, up to ``timeout_s`` per read: a replay
+    runs in a Spark task, and failing it fails the batch.
+
+    The consumer is borrowed from ``pool`` (the process's) for the reader's life and given back
+    at ``close``, or closed there if a read failed on it.
     """
 
-    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
-        self._consumer = Consumer(consumer_config(replay_consumer_config(config)))  # logs: sharegroup_source.kafka
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0, pool: ConsumerPool | None = None):
+        self._config = replay_consumer_config(config)
+        self._pool = pool or consumer_pool()
+        self._consumer: Consumer | None = self._pool.take(self._config)
+        self._broken = False
         self._timeout_s = timeout_s
 
     def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:
         wanted = sorted(set(offsets))
-        result = RangeResult()
         if not wanted:
-            return result
-        deadline = time.monotonic() + self._timeout_s
-        low, high = self._watermarks(topic, partition, deadline)
-        result.missing = [o for o in wanted if o < low or o >= high]
-        present = [o for o in wanted if low <= o < high]
-        if present:
-            result.records, result.gaps = self._fetch(topic, partition, present, deadline)
+            return RangeResult()
+        try:
+            return self._read(self._open(), topic, partition, wanted, time.monotonic() + self._timeout_s)
+        except BaseException:
+            self._broken = True  # whatever state the client is in, the next read gets a fresh one
+            raise
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("this OffsetRangeReader is closed")
+        return self._consumer
+
+    def _read(self, consumer: Consumer, topic: str, partition: int, wanted: list[int], deadline: float) -> RangeResult:
+        result = RangeResult()
+        remaining = set(wanted)
+        start = wanted[0]
+        try:
+            while True:
+                consumer.assign([TopicPartition(topic, partition, start)])
+                scan = self._scan(consumer, topic, partition, start, wanted[-1], remaining, result.records, deadline)
+                result.gaps += [o for o in remaining if o < scan.position]
+                remaining = {o for o in remaining if o >= scan.position}
+                if scan.end is not None:  # the log's end: what lies past it is not there
+                    result.missing += remaining
+                elif scan.out_of_range:  # only now: where does the log start and end?
+                    low, high = self._watermarks(consumer, topic, partition, deadline)
+                    result.missing += [o for o in remaining if o < low or o >= high]
+                    remaining = {o for o in remaining if low <= o < high}
+                    if remaining:
+                        start = min(remaining)
+                        continue
+                break
+        finally:
+            consumer.unassign()
+        result.missing.sort()
+        result.gaps.sort()
         return result
 
-    def _watermarks(self, topic: str, partition: int, deadline: float) -> tuple[int, int]:
+    def _scan(self, consumer: Consumer, topic: str, partition: int, start: int, last: int, remaining: set[int],
+              found: list[Message], deadline: float) -> _Scan:
+        """Read from ``start`` until past ``last``, the log's end, or a position outside the log."""
+        scan = _Scan(start)
+        while scan.position <= last:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replaying {topic}[{partition}] offsets {start}..{last}: "
+                                   f"{len(remaining)} not read after {self._timeout_s:.0f}s")
+            for message in consumer.consume(min(last - scan.position + 1, _CONSUME_BATCH), _CONSUME_WAIT_S):
+                error = message.error()
+                if error is None:
+                    offset = message_key(message)[2]
+                    if offset in remaining:
+                        remaining.discard(offset)
+                        found.append(message)
+                    scan.position = offset + 1
+                    if offset >= last:
+                        return scan
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    scan.end = scan.position = message_key(message)[2]  # the EOF's offset is the log's end
+                    return scan
+                elif error.code() in _OUT_OF_RANGE:
+                    scan.out_of_range = True
+                    return scan
+                elif not _transient(error):
+                    raise KafkaException(error)
+                # transient: librdkafka reconnects and refetches on its own
+        return scan
+
+    def _watermarks(self, consumer: Consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
         while True:
             try:
-                return self._consumer.get_watermark_offsets(
+                return consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=max(deadline - time.monotonic(), 0.1))
             except KafkaException as exc:
                 error = exc.args[0]
@@ -84,48 +165,11 @@ class OffsetRangeReader:
                         error.code(), f"replaying {topic}[{partition}]: {waited}{error.str()}")) from None
                 time.sleep(0.2)  # metadata refreshes in the background; ask again shortly
 
-    def _fetch(self, topic: str, partition: int, wanted: list[int],
-               deadline: float) -> tuple[list[Message], list[int]]:
-        remaining = set(wanted)
-        found: list[Message] = []
-        last = wanted[-1]
-        self._consumer.assign([TopicPartition(topic, partition, wanted[0])])
-        try:
-            while remaining:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"replaying {topic}[{partition}] offsets {wanted[0]}..{last}: "
-                        f"{len(remaining)} not read after {self._timeout_s:.0f}s"
-                    )
-                if self._take(self._consumer.consume(min(len(remaining), _CONSUME_BATCH), 0.5), remaining, found, last):
-                    break
-        finally:
-            self._consumer.unassign()
-        return found, sorted(remaining)
-
-    @staticmethod
-    def _take(messages: list[Message], remaining: set[int], found: list[Message], last: int) -> bool:
-        """Keep the wanted records of one fetch; whether the read is over (past ``last``, or the log's end)."""
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return True
-                if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    return True  # the first offset left the log while we read
-                if _transient(error):
-                    continue  # librdkafka reconnects and refetches on its own
-                raise KafkaException(error)
-            offset = message_key(message)[2]
-            if offset in remaining:
-                remaining.discard(offset)
-                found.append(message)
-            if offset >= last:
-                return True
-        return False
-
     def close(self) -> None:
-        self._consumer.close()
+        """Give the consumer back to the pool (close it, if a read failed on it)."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            self._pool.give_back(self._config, consumer, broken=self._broken)
 
     def __enter__(self) -> OffsetRangeReader:
         return self

@@ -1,38 +1,57 @@
-"""``make bench``: every figure of the source in one run, on the same records.
+"""``make bench``: every figure of the source in one run, the throughput story first.
 
-    python -m bench [--quick] [--only state|delta|admin] [--peers embedded,apache] [--out-dir bench/results]
+    python -m bench [--quick] [--only state|delta|admin] [--peers apache,embedded] [--out-dir bench/results]
 
-Headline, on every peer (the embedded broker, and Apache Kafka's own broker started for the
-run): four consumers of the same topic, (1) format("sharegroup") into format("noop"), (2) a
-plain confluent-kafka ShareConsumer loop, (3) Kafka's own share consumer perf tool (Java client)
-and (4) Spark's own format("kafka") into format("noop"), with every ratio to (1) and (2) ((3) and (4)
-use Kafka's Java client, which cannot talk to the embedded broker: Apache Kafka only), and
-(1)'s ratio to the limit the in-flight window sets: records per batch / (ShareFetch time + Spark's
-own batch time), both measured in the run (``bench.spark_limit``). Also on every peer: (a) the
-plain loop and (b) the sharegroup query over 1..16 partitions, latency from produce to commit at
-a steady rate well below the limit (``bench.latency``), and throughput at lock limits 2,000 and
-10,000 (``bench.lock_limit``; 2,000 is the headline's configuration and reuses its runs). Once,
-after the peers: what the session's checkpoint setting (conf/spark-defaults.conf) saves per batch
-against Spark's default checkpoint manager (the trivial source). On the first peer also: (c) the driver methods' cost
-per micro-batch and where it goes; (d) scaling over maxRecordsPerPartition; (e) the state store's
-cost per epoch; (f) driver memory per 10,000 records in flight. Without Kafka: (g) bounded state,
-a driver's restart on 10,000 epochs against 10, and one compacted-topic epoch's ledger row in the
-current and the first encoding (``--only state`` measures (g) alone, in about two minutes, into
-``<date>-state.*``). (h) coordinator=delta, on every peer: a plain Consumer reading the same records
-by assign + seek into Arrow (the data path's limit) against coordinator=delta and the broker
-coordinator into noop, and on Apache Kafka Spark's format("kafka"); on the first peer also the
-acquire and settle commits per epoch, the driver's bytes per epoch at 64 B and 4 KiB records, and
-1, 2 and 4 member processes on one partition (``--only delta`` measures (h) alone, in about three
-minutes, into ``<date>-delta.*``). Writes
-``<out-dir>/<date>.json`` and ``<date>.png`` (``<date>-quick.*`` with --quick) and prints a
-short table. SHAREGROUP_TEST_BOOTSTRAP, as in the tests, makes the "apache" peer an existing
-Kafka 4.2+ cluster instead of a broker the bench starts.
+The throughput story, on Apache Kafka (the broker the bench starts from the jars, or the cluster of
+SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records/s of 64 B records over
+2, 4, 8 and 16 partitions for five consumers of the same topic, each on a fresh group or checkpoint:
+``plain`` (the plain confluent-kafka ShareConsumer loop, max.poll.records = partitions x 10,000),
+``broker`` (format("sharegroup") with its default options into noop: one poll per batch, sized by the
+share-partitions' in-flight windows), ``broker_tuned`` (the broker coordinator at its best options for
+throughput: maxRecordsPerPartition = ceil(partitions x 2,000 / cores), one task per core per batch),
+``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 25,000) and
+``spark_kafka`` (Spark's format("kafka"), maxOffsetsPerTrigger 100,000); medians of 3 interleaved
+rounds (round r runs every consumer at every partition count before round r+1). Beside them the
+per-partition limit, a physical limit measured in the same rounds: partitions x lock limit /
+(ShareFetch time + Spark's own batch time at that batch size), ShareFetch time = the batch / the plain
+loop's rate at that partition count, Spark's own batch = the trivial in-memory source of
+``bench.spark_limit`` at partitions x 2,000 rows, the better of 1 task and one per core. Every cell
+carries its ratio to spark_kafka and to the limit; the done-when checks (broker(16) / broker(2) >= 3,
+broker(16) / limit(16) >= 0.8, delta(16) / spark_kafka(16) >= 0.8) are printed and stored, met or not.
+
+The other figures, at 4 partitions. On every peer: latency from produce to commit at a steady rate
+well below the sharegroup query's (``bench.latency``), throughput at lock limits 2,000 and 10,000
+(``bench.lock_limit``; 2,000 reuses the story's runs) and (h) coordinator=delta: a plain Consumer
+reading the same records by assign + seek into Arrow (the data path's limit) against coordinator=delta,
+the broker coordinator with the same batch options and, on Apache Kafka, format("kafka") (there on the
+story's 4-partition topic, whose delta and format("kafka") runs it reuses). On the first peer: (c) the
+driver methods' cost per micro-batch and where it goes; (d) the default-batch query over
+maxRecordsPerPartition (the story's default and tuned runs and one more value); (e) the state store's
+cost per epoch; (f) driver memory per 10,000 records in flight; (i) describing 100 Delta groups. On the
+embedded broker (no format("kafka"): Java clients cannot talk to it; 5 MiB per partition) there is no
+story: the plain loop and the default sharegroup query run once on a 50,000-record topic for the
+figures above. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against 10, and one
+compacted-topic epoch's ledger row in the current and the first encoding. Once, at the end: what the
+session's checkpoint setting (conf/spark-defaults.conf) saves per batch against Spark's default
+checkpoint manager (the trivial source).
+
+The story replaces what it supersedes: the headline (four consumers at 4 partitions, with Kafka's
+ShareConsumerPerformance tool, now not run), (a) and (b) over 1..16 partitions, and the limit and
+(d) on the one-poll batch of 10,000 records. (d) shrank to one extra run.
+
+A full run takes about 20 minutes on two cores, most of it the story (60 consumer runs and 24 of
+Spark's own batch); ``--quick`` about 5 minutes (one round, smaller topics and batches). ``--only
+state`` measures (g) alone, in about two minutes, into ``<date>-state.*``; ``--only delta`` (h)
+alone into ``<date>-delta.*``; ``--only admin`` (i) alone. Writes ``<out-dir>/<date>.json`` and
+``<date>.png`` (``<date>-quick.*`` with --quick) and prints the table. The JSON carries
+``"scaling": {peer: {consumer: {partitions: records/s}}}`` and ``"limit_per_partition": {peer:
+{partitions: records/s}}``, with the runs, options, batch sizes, the limit's terms and the checks
+under ``"story": {peer: ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import re
@@ -40,8 +59,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import date
-from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +77,23 @@ from bench.bounded_state import bounded_state
 from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
 from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
-from bench.headline import CONSUMERS, measure_rounds, summary
 from bench.latency import measure_latency
 from bench.lock_limit import DEFAULT_RECORD_LOCK_LIMIT, measure_lock_limits
-from bench.measure import median_run
-from bench.perf_tool import kafka_perf_tool
 from bench.plot import plot, plot_bounded_state, plot_delta
 from bench.report import (
-    LIMIT_TARGET,
     TARGET_RATIO,
     admin_table,
     delta_only_table,
-    limit_note,
     state_only_table,
     table,
     write_json,
 )
 from bench.sizes import Sizes
-from bench.spark_limit import limit_figures, spark_batch_cost, spark_settings
-from bench.spark_noop import kafka_into_noop, source_into_noop
+from bench.spark_limit import spark_settings
+from bench.spark_noop import source_into_noop
 from bench.state_store_bench import ledger_latency
+from bench.story import PLAIN_POLL_RECORDS_PER_PARTITION, measure_story
+from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.jars import jar_dir
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from sharegroup_source.testing.spark import local_spark
@@ -122,10 +138,13 @@ def run_state_only(sizes: Sizes, quick: bool) -> dict[str, Any]:
 
 
 def _delta(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path, say: Callable[[str], None],
-           figures: dict[str, Any]) -> None:
-    """(h) on this peer into ``figures`` (the first peer measured also gets the details)."""
-    measured = measure_delta(kafka, spark, sizes.delta, sizes.main_partitions, scratch / "delta", sizes.run_timeout_s,
-                             say, details="peers" not in figures)
+           figures: dict[str, Any], reuse: dict[str, Any] | None = None) -> None:
+    """(h) on this peer into ``figures`` (the first peer measured also gets the details); on the story's topic
+    and with its runs where ``reuse`` has them (``topic``, ``records``, ``known``)."""
+    reuse = reuse or {}
+    delta = replace(sizes.delta, records=reuse["records"]) if "records" in reuse else sizes.delta
+    measured = measure_delta(kafka, spark, delta, sizes.main_partitions, scratch / "delta", sizes.run_timeout_s,
+                             say, details="peers" not in figures, topic=reuse.get("topic"), known=reuse.get("known"))
     figures.setdefault("peers", {})[kafka.kind] = measured.pop("comparison")
     figures.update(measured)
 
@@ -168,9 +187,6 @@ def run_delta_only(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any
 #: (i): describing this many Delta groups of ADMIN_PARTITIONS share-partitions, one call against one per group
 #: (one round: the two ways differ several times over, far beyond a round's noise).
 ADMIN_GROUPS, ADMIN_PARTITIONS, ADMIN_ROUNDS = 100, 8, 1
-#: Consumers on Kafka's Java client, which cannot talk to the embedded broker (see the README): not run there.
-JAVA_CONSUMERS = ("kafka_perf_tool", "spark_kafka")
-
 
 def _admin(kafka: KafkaUnderTest, scratch: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """(i) on this peer: describe_groups over many groups in one call, against the naive loop, same run."""
@@ -191,12 +207,12 @@ def run_admin_only(peers: list[str]) -> dict[str, Any]:
 
 
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
-    """(g), then on every peer the scaling over partitions, the headline (four consumers) with the limit,
-    latency, the lock limits and (h); (c), (e), (f) and (i) on the first peer; then what the checkpoint
+    """(g), then on every peer the throughput story (Apache Kafka) or the main topic's two runs (the embedded
+    broker), latency, the lock limits and (h); (c) to (f) and (i) on the first peer; then what the checkpoint
     setting saves of Spark's own batch cost. One Spark session."""
     started = time.monotonic()
-    headline: dict[str, Any] = {}
     by_peer: dict[str, Any] = {}
+    stories: dict[str, Any] = {}
     delta = _delta_figures(sizes, peers)
     # Spark's JVM starts while (g) builds its states (tens of seconds), and is up and idle before (g)'s restarts
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start") as starting:
@@ -210,19 +226,13 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                     _say(f"{peer}: {message}", started)
 
                 scratch = Path(scratch_dir)
-                scaling = _scaling(kafka, spark, sizes, scratch, say, details=index == 0)
+                main = _main_runs(kafka, spark, sizes, scratch, say, stories)
                 if index == 0:
-                    details = {**_details(kafka, spark, scaling["main_topic"], sizes, scratch, say),
-                               "baseline": scaling["baseline"], "source": scaling["source"],
-                               "max_records_per_partition": scaling.pop("max_records_per_partition")}
+                    details = {**_details(kafka, spark, main.topic, sizes, scratch, say),
+                               **_per_partition_limit(kafka, spark, main, sizes, scratch, say)}
                     admin = _admin(kafka, scratch, say)
-                main = str(sizes.main_partitions)
-                known = {"sharegroup": scaling["source"][main], "plain": scaling["baseline"][main]}
-                headline[peer] = {"kind": kafka.describe(), **summary(
-                    _headline(kafka, spark, scaling.pop("main_topic"), sizes, scratch, known, say))}
-                by_peer[peer] = {"scaling": scaling,
-                                 **_limit_and_latency(kafka, spark, sizes, scratch, say, headline[peer], known)}
-                _delta(kafka, spark, sizes, scratch, say, delta)
+                by_peer[peer] = _latency_and_locks(kafka, spark, sizes, scratch, say, main.known)
+                _delta(kafka, spark, sizes, scratch, say, delta, main.delta)
         # last: a query's first batches in a fresh JVM are slower, which would count against whichever setting
         # ran first; by now every setting meets the same warm JVM
         with tempfile.TemporaryDirectory(prefix="sharegroup-bench-spark-") as scratch_dir:
@@ -232,37 +242,73 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     finally:
         spark.stop()
     _delta_verdict(delta)
-    main = str(sizes.main_partitions)
-    ratio = details["source"][main]["throughput"]["records_per_s"] / max(
-        details["baseline"][main]["throughput"]["records_per_s"], 1)
     commits = next(b for b in details["driver"]["profile"]["buckets"] if b["bucket"].startswith("Delta commits"))
-    batch_s = details["source"][main]["batch_phases_p50_ms"].get("triggerExecution", 0) / 1000
     return {
         "date": str(date.today()), "quick": quick, "machine": _machine(),
         "elapsed_s": round(time.monotonic() - started),
         "kafka": {"detail_peer": peers[0], "peers": peers, "bootstrap_env": BOOTSTRAP_ENV,
                   "record_lock_limit": DEFAULT_RECORD_LOCK_LIMIT},
-        "dataset": {"records": sizes.records, "value_bytes": sizes.value_bytes, "key": "record number, decimal"},
+        "dataset": {"value_bytes": sizes.value_bytes, "key": "record number, decimal",
+                    "story_records_per_topic": sizes.story.records, "main_records_embedded": sizes.records},
         "main_partitions": sizes.main_partitions,
-        "headline": headline,
+        "scaling": {peer: story.pop("scaling") for peer, story in stories.items()},
+        "limit_per_partition": {peer: story.pop("limit_per_partition") for peer, story in stories.items()},
+        "story": stories,
         "peers": by_peer,
         "spark_settings": settings,
         **details,
-        "ratio": round(ratio, 3), "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO,
-        "limit_target": LIMIT_TARGET,
         "delta_commits_per_epoch": commits["calls_per_epoch"],
-        "limit_note": limit_note(DEFAULT_RECORD_LOCK_LIMIT, batch_s),
         "bounded_state": state,
         "delta": delta,
         "admin": admin,
     }
 
 
+@dataclass
+class _Main:
+    """A peer's topic at the main partition count and what was measured on it already: ``known`` the plain
+    loop and the sharegroup query with its defaults (and, from the story, tuned), ``delta`` what (h) takes
+    from the story (its topic, records and runs), ``records`` what a broker run reads of it."""
+
+    topic: str
+    records: int
+    known: dict[str, dict[str, Any]]
+    delta: dict[str, Any] = field(default_factory=dict)
+
+
+def _main_runs(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path, say: Callable[[str], None],
+               stories: dict[str, Any]) -> _Main:
+    """On Apache Kafka the throughput story (into ``stories``), whose runs at the main partition count the other
+    figures reuse; on the embedded broker (no format("kafka"), 5 MiB per partition) the plain loop and the
+    sharegroup query once each on a small topic at the main partition count."""
+    partitions, story_sizes = sizes.main_partitions, sizes.story
+    if kafka.is_embedded or partitions not in story_sizes.partition_counts:
+        topic = produce_dataset(kafka, partitions, sizes.records, sizes.value_bytes)
+        known = {"plain": plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s,
+                                               max_poll_records=partitions * PLAIN_POLL_RECORDS_PER_PARTITION),
+                 "sharegroup": source_into_noop(spark, kafka, topic, sizes.records, scratch / "main",
+                                                sizes.run_timeout_s)}
+        say(f"{partitions} partitions, {sizes.records:,} records: plain "
+            f"{known['plain']['throughput']['records_per_s']:,} records/s, sharegroup (defaults) "
+            f"{known['sharegroup']['throughput']['records_per_s']:,} records/s")
+        return _Main(topic, sizes.records, known)
+    story = measure_story(kafka, spark, story_sizes, DEFAULT_RECORD_LOCK_LIMIT, sizes.value_bytes,
+                          scratch / "story", sizes.run_timeout_s, say)
+    stories[kafka.kind] = story
+    main, runs = str(partitions), story["runs"]
+    known = {"plain": runs["plain"][main], "sharegroup": runs["broker"][main],
+             "sharegroup_tuned": runs["broker_tuned"][main]}
+    same_batches = (story_sizes.trigger, story_sizes.task) == (sizes.delta.trigger, sizes.delta.task)
+    return _Main(story["topics"][main], story["records"]["broker"][main], known,
+                 {"topic": story["topics"][main], "records": story_sizes.records,
+                  "known": {name: runs[name][main] for name in ("delta", "spark_kafka")} if same_batches else {}})
+
+
 def _details(kafka: KafkaUnderTest, spark: SparkSession, main_topic: str, sizes: Sizes, scratch: Path,
              say: Callable[[str], None]) -> dict[str, Any]:
     """Figures (c), (e) and (f) on the first peer."""
     driver = measure_driver(DriverJob(kafka.bootstrap_servers, main_topic, sizes.records, str(scratch / "driver"),
-                                      tuple(kafka.new_group() for _ in range(sizes.source_repeats)),
+                                      tuple(kafka.new_group() for _ in range(sizes.driver_passes)),
                                       kafka.new_group(), kafka.new_group(), sizes.memory_batches,
                                       sizes.run_timeout_s))
     say(f"(c, f) driver methods: {driver['timing']['records_per_s']:,} records/s, per batch p50 "
@@ -272,53 +318,31 @@ def _details(kafka: KafkaUnderTest, spark: SparkSession, main_topic: str, sizes:
     return {"driver": driver, "state_store": state}
 
 
-def _scaling_records(sizes: Sizes, partitions: int) -> int:
-    """The headline's data set at its partition count, else a few lock windows per partition."""
-    if partitions == sizes.main_partitions:
-        return sizes.records
-    return partitions * DEFAULT_RECORD_LOCK_LIMIT * sizes.scaling_windows
+def _per_partition_limit(kafka: KafkaUnderTest, spark: SparkSession, main: _Main, sizes: Sizes, scratch: Path,
+                         say: Callable[[str], None]) -> dict[str, Any]:
+    """(d), and which value is the source's default: the sharegroup query with its default batch over
+    maxRecordsPerPartition, at the main partition count; the source's default and the story's tuned value are
+    runs measured already, one run at each other value."""
+    default = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": "default",
+                                   "subscribe": main.topic, "stateLocation": str(scratch)}).max_records_per_partition
+    by_limit = {str(default): main.known["sharegroup"]}
+    if "sharegroup_tuned" in main.known:
+        by_limit[main.known["sharegroup_tuned"]["options"]["maxRecordsPerPartition"]] = main.known["sharegroup_tuned"]
+    for limit in sizes.max_records_per_partition:
+        run = source_into_noop(spark, kafka, main.topic, main.records, scratch / f"per-partition-{limit}",
+                               sizes.run_timeout_s, maxRecordsPerPartition=limit)
+        say(f"(d) sharegroup -> noop, {sizes.main_partitions} partitions, maxRecordsPerPartition={limit}: "
+            f"{run['throughput']['records_per_s']:,} records/s")
+        by_limit[str(limit)] = run
+    return {"max_records_per_partition": dict(sorted(by_limit.items(), key=lambda item: int(item[0]))),
+            "max_records_per_partition_default": str(default)}
 
 
-def _scaling(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path, say: Callable[[str], None],
-             details: bool) -> dict[str, Any]:
-    """(a) the plain loop and (b) the sharegroup query over every partition count, the headline's count with
-    more repeats; with ``details`` also (d) over maxRecordsPerPartition."""
-    topics = {p: produce_dataset(kafka, p, _scaling_records(sizes, p), sizes.value_bytes)
-              for p in sizes.partition_counts}
-    say("produced " + ", ".join(f"{_scaling_records(sizes, p):,} records in {p}" for p in topics) + " partitions")
-    baseline = {}
-    for partitions, topic in topics.items():
-        records = _scaling_records(sizes, partitions)
-        repeats = sizes.baseline_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
-        baseline[str(partitions)] = median_run([plain_share_consumer(kafka, topic, records, sizes.run_timeout_s)
-                                                for _ in range(repeats)])
-        say(f"(a) plain ShareConsumer, {partitions} partition(s): "
-            f"{baseline[str(partitions)]['runs_records_per_s']} records/s")
-    source, per_limit = _spark_runs(kafka, spark, topics, sizes, scratch, say, details)
-    return {"main_topic": topics[sizes.main_partitions],
-            "records": {str(p): _scaling_records(sizes, p) for p in topics}, "baseline": baseline, "source": source,
-            **({"max_records_per_partition": per_limit} if details else {})}
-
-
-def _limit_and_latency(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path,
-                       say: Callable[[str], None], headline: dict[str, Any],
-                       known: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The limit for the headline's batches and its sharegroup query's ratio to it (added to ``headline``);
-    latency at a steady rate well below it; throughput over the lock limit (at the default limit the
-    headline's plain loop and sharegroup query, ``known``)."""
-    sharegroup, plain = headline["runs"]["sharegroup"], headline["runs"]["plain"]
-    rows = round(sharegroup["records_per_batch_p50"])
-    # as many tasks as the headline query's batches: its epochs are cut into tasks of maxRecordsPerPartition, and
-    # each task costs Spark's Python data source path tens of milliseconds of its own
-    tasks = math.ceil(rows / max(sizes.max_records_per_partition))
-    cost = spark_batch_cost(spark, rows, tasks, sizes.spark_cost_batches, scratch / "spark-cost")
-    limit = limit_figures(rows, plain["throughput"]["records_per_s"], cost["batch_ms_p50"],
-                          sharegroup["throughput"]["records_per_s"])
-    headline["limit"] = {**limit, "spark_batch": cost, "target": LIMIT_TARGET}
-    say(f"limit for {rows:,}-record batches: {limit['limit_records_per_s']:,} records/s (ShareFetch "
-        f"{limit['share_fetch_ms']} ms + Spark's own batch {limit['spark_batch_ms']} ms); sharegroup at "
-        f"{limit['ratio_to_limit']} of it")
-    rate = sizes.latency_share * sharegroup["throughput"]["records_per_s"]
+def _latency_and_locks(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes, scratch: Path,
+                       say: Callable[[str], None], known: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Latency at a steady rate well below the sharegroup query's (``known``); throughput over the lock limit (at
+    the default limit the plain loop and sharegroup query of ``known``)."""
+    rate = sizes.latency_share * known["sharegroup"]["throughput"]["records_per_s"]
     latency = measure_latency(spark, kafka, sizes.main_partitions, rate, sizes.latency_seconds, sizes.value_bytes,
                               scratch, say)
     locks = measure_lock_limits(kafka, spark, sizes.lock_limits, sizes.main_partitions, sizes.value_bytes, scratch,
@@ -326,51 +350,8 @@ def _limit_and_latency(kafka: KafkaUnderTest, spark: SparkSession, sizes: Sizes,
     return {"latency": latency, "lock_limits": locks}
 
 
-def _headline(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: Sizes, scratch: Path,
-              known: dict[str, dict[str, Any]], say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """The four consumers on ``topic``; those in ``known`` were measured already on this peer, and those on
-    Kafka's Java client are not run on the embedded broker (their figure says why)."""
-    runs = count()
-    limit = max(sizes.max_records_per_partition)
-    consumers = {
-        "sharegroup": lambda: source_into_noop(spark, kafka, topic, sizes.records, scratch / f"head-{next(runs)}",
-                                               sizes.run_timeout_s, maxRecordsPerPartition=limit),
-        "plain": lambda: plain_share_consumer(kafka, topic, sizes.records, sizes.run_timeout_s),
-        "kafka_perf_tool": lambda: kafka_perf_tool(kafka, topic, sizes.records, sizes.run_timeout_s),
-        "spark_kafka": lambda: kafka_into_noop(spark, kafka, topic, sizes.records, scratch / f"head-{next(runs)}",
-                                               sizes.run_timeout_s, sizes.main_partitions * DEFAULT_RECORD_LOCK_LIMIT),
-    }
-    skipped = {name: {"error": "not run: Kafka's Java client cannot talk to the embedded broker"}
-               for name in (JAVA_CONSUMERS if kafka.is_embedded else ())}
-    measured = measure_rounds({k: v for k, v in consumers.items() if k not in known and k not in skipped},
-                              sizes.headline_repeats,
-                              lambda message: say(f"headline, {sizes.main_partitions} partitions: {message}"))
-    return {name: known.get(name) or skipped.get(name) or measured[name] for name in CONSUMERS}
-
-
-def _spark_runs(kafka: KafkaUnderTest, spark: SparkSession, topics: dict[int, str], sizes: Sizes, scratch: Path,
-                say: Callable[[str], None], details: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(b), and with ``details`` (d): one query per configuration, each on a fresh share group."""
-    default_limit = max(sizes.max_records_per_partition)
-    runs = count()
-
-    def one(partitions: int, limit: int) -> dict[str, Any]:
-        result = source_into_noop(spark, kafka, topics[partitions], _scaling_records(sizes, partitions),
-                                  scratch / f"spark-{next(runs)}",
-                                  sizes.run_timeout_s, maxRecordsPerPartition=limit)
-        say(f"(b) sharegroup -> noop, {partitions} partition(s), maxRecordsPerPartition={limit}: "
-            f"{result['throughput']['records_per_s']:,} records/s")
-        return result
-
-    source = {}
-    for partitions in topics:
-        repeats = sizes.source_repeats if partitions == sizes.main_partitions else sizes.scaling_repeats
-        source[str(partitions)] = median_run([one(partitions, default_limit) for _ in range(repeats)])
-    per_limit = {str(default_limit): source[str(sizes.main_partitions)]}
-    for limit in sizes.max_records_per_partition if details else ():
-        if limit != default_limit:
-            per_limit[str(limit)] = one(sizes.main_partitions, limit)
-    return source, dict(sorted(per_limit.items(), key=lambda item: int(item[0])))
+#: Apache Kafka first: the story runs there, and the first peer's figures reuse its runs.
+DEFAULT_PEERS = ("apache", "embedded")
 
 
 def _peers(value: str) -> list[str]:
@@ -383,10 +364,11 @@ def _peers(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records and configurations (3 to 4 minutes)")
-    parser.add_argument("--peers", default=",".join(PEERS), type=_peers,
-                        help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: both); "
-                             "figures (a) to (f) are measured on the first, the headline on each")
+    parser.add_argument("--quick", action="store_true", help="one round, fewer records (about 5 minutes)")
+    parser.add_argument("--peers", default=",".join(DEFAULT_PEERS), type=_peers,
+                        help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: "
+                             f"{','.join(DEFAULT_PEERS)}); the throughput story runs on Apache Kafka, figures "
+                             "(c) to (f) and (i) on the first peer")
     parser.add_argument("--only", choices=["state", "delta", "admin"],
                         help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
                              "delta: only (h) coordinator=delta, on every peer of --peers; "

@@ -37,8 +37,8 @@ from pyspark.serializers import CPickleSerializer
 from pyspark.sql import SparkSession
 
 from bench.cluster import produce_dataset
-from bench.headline import measure_rounds
 from bench.measure import Throughput, median_run, percentiles_ms
+from bench.rounds import measure_rounds
 from bench.sizes import DeltaSizes
 from bench.spark_noop import kafka_into_noop, source_into_noop
 from sharegroup_source.coordinators.delta import DeltaShareConsumer
@@ -50,7 +50,7 @@ from sharegroup_source.partition_reader import read_partition
 from sharegroup_source.schema import records_to_arrow
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
-__all__ = ["DELTA_CONSUMERS", "delta_details", "delta_rounds", "measure_delta"]
+__all__ = ["DELTA_CONSUMERS", "delta_details", "delta_into_noop", "delta_rounds", "measure_delta"]
 
 #: The consumers of the delta comparison, in the order every output lists them.
 DELTA_CONSUMERS = {
@@ -67,40 +67,51 @@ _SPARK_PICKLE = CPickleSerializer()
 
 # -- the comparison, on every peer ----------------------------------------------------------------
 def measure_delta(kafka: KafkaUnderTest, spark: SparkSession, sizes: DeltaSizes, partitions: int, scratch: Path,
-                  timeout_s: float, say: Callable[[str], None], details: bool) -> dict[str, Any]:
-    """(h) on one peer: the comparison, and with ``details`` the figures measured on the first peer only."""
+                  timeout_s: float, say: Callable[[str], None], details: bool, topic: str | None = None,
+                  known: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """(h) on one peer: the comparison, and with ``details`` the figures measured on the first peer only; on
+    ``topic`` (of ``sizes.records`` records) and with the runs in ``known`` when the caller has them already."""
     sizes = sizes.on(kafka.is_embedded)
-    topic = produce_dataset(kafka, partitions, sizes.records, 64)
-    say(f"delta: produced {sizes.records:,} records of 64 B into {partitions} partitions")
+    if topic is None:
+        topic = produce_dataset(kafka, partitions, sizes.records, 64)
+        say(f"delta: produced {sizes.records:,} records of 64 B into {partitions} partitions")
     extra = delta_details(kafka, topic, sizes, partitions, scratch, timeout_s, say) if details else {}
-    return {"comparison": delta_rounds(kafka, spark, topic, sizes, partitions, scratch, timeout_s, say), **extra}
+    return {"comparison": delta_rounds(kafka, spark, topic, sizes, partitions, scratch, timeout_s, say, known),
+            **extra}
+
+
+def delta_into_noop(spark: SparkSession, kafka: KafkaUnderTest, topic: str, records: int, work: Path,
+                    timeout_s: float, trigger: int, task: int) -> dict[str, Any]:
+    """``coordinator=delta`` into noop on a fresh Delta group (earliest offsets) in batches of ``trigger``
+    records and tasks of ``task``; the group's in-flight window is the trigger, so it never bounds a batch."""
+    return source_into_noop(spark, kafka, topic, records, work, timeout_s, coordinator="delta",
+                            groupLocation=work / "group", maxRecordsPerTrigger=trigger, maxRecordsPerPartition=task,
+                            **{"share.auto.offset.reset": "earliest", "share.partition.max.record.locks": trigger})
 
 
 def delta_rounds(kafka: KafkaUnderTest, spark: SparkSession, topic: str, sizes: DeltaSizes, partitions: int,
-                 scratch: Path, timeout_s: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """The four consumers (three off Apache Kafka) on the same records, in interleaved rounds; medians and ratios."""
+                 scratch: Path, timeout_s: float, say: Callable[[str], None],
+                 known: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The four consumers (three off Apache Kafka) on the same records, in interleaved rounds; medians and ratios.
+    Those in ``known`` were measured already on these records with these options (the throughput story's runs)."""
+    known = known or {}
     runs = count()
     batches = {"maxRecordsPerTrigger": sizes.trigger, "maxRecordsPerPartition": sizes.task}
-
-    def delta() -> dict[str, Any]:
-        work = scratch / f"delta-{next(runs)}"
-        return source_into_noop(spark, kafka, topic, sizes.records, work, timeout_s, coordinator="delta",
-                                groupLocation=work / "group", **{"share.auto.offset.reset": "earliest",
-                                                                 "share.partition.max.record.locks": sizes.trigger},
-                                **batches)
-
     consumers: dict[str, Callable[[], dict[str, Any]]] = {
         "plain_reader": lambda: plain_offset_reader(kafka, topic, partitions, sizes.records, sizes.reader_passes,
                                                     timeout_s),
-        "delta": delta,
+        "delta": lambda: delta_into_noop(spark, kafka, topic, sizes.records, scratch / f"delta-{next(runs)}",
+                                         timeout_s, sizes.trigger, sizes.task),
         "broker": lambda: source_into_noop(spark, kafka, topic, min(sizes.records, sizes.broker_records),
                                            scratch / f"broker-{next(runs)}", timeout_s, **batches),
     }
     if not kafka.is_embedded:  # Java clients cannot talk to the embedded broker (see the README)
         consumers["spark_kafka"] = lambda: kafka_into_noop(spark, kafka, topic, sizes.records,
                                                            scratch / f"kafka-{next(runs)}", timeout_s, sizes.trigger)
-    measured = measure_rounds(consumers, sizes.rounds, lambda message: say(f"delta, {partitions} partitions: "
-                                                                           f"{message}"), labels=DELTA_CONSUMERS)
+    measured = {**measure_rounds({name: run for name, run in consumers.items() if name not in known}, sizes.rounds,
+                                 lambda message: say(f"delta, {partitions} partitions: {message}"),
+                                 labels=DELTA_CONSUMERS),
+                **{name: run for name, run in known.items() if name in consumers}}
     rates = {name: measured[name]["throughput"]["records_per_s"] if "throughput" in measured.get(name, {}) else None
              for name in DELTA_CONSUMERS}
 
@@ -315,14 +326,21 @@ def members_on_one_partition(kafka: KafkaUnderTest, sizes: DeltaSizes, root: Pat
     """1, 2 and 4 DeltaShareConsumer processes on ONE partition, each count on a fresh group over the same records."""
     topic = produce_dataset(kafka, 1, sizes.member_records, 64)
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes.member_counts}
+    errors: dict[int, str] = {}
     for round_ in range(sizes.member_rounds):
         for members in sizes.member_counts:
-            result = _members_run(kafka, topic, sizes, members, root / f"r{round_}-m{members}", timeout_s)
+            try:
+                result = _members_run(kafka, topic, sizes, members, root / f"r{round_}-m{members}", timeout_s)
+            except Exception as error:  # reported in the figures; the other member counts go on
+                errors[members] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
+                say(f"delta: {members} member(s) on one partition: failed: {errors[members][:160]}")
+                continue
             runs[members].append(result)
             say(f"delta: {members} member(s) on one partition: {result['throughput']['records_per_s']:,} records/s, "
                 f"{result['lost_races']} lost compare-and-swap races")
     return {"records": sizes.member_records, "max_poll_records": sizes.member_poll_records,
-            "by_members": {str(n): median_run(r) for n, r in runs.items()}}
+            "by_members": {str(n): median_run(r) for n, r in runs.items() if r},
+            "errors": {str(n): error for n, error in errors.items()}}
 
 
 def _members_run(kafka: KafkaUnderTest, topic: str, sizes: DeltaSizes, members: int, root: Path,

@@ -13,11 +13,11 @@ the plain loop's ``max.poll.records``, so each consumer may take a whole window 
 holds three windows' worth of every partition, so the steady state (from the second batch) spans at
 least two batches at the largest limit.
 
-The default limit is the headline's configuration: its figure is the headline's plain loop and
-sharegroup query (``known``), not a second measurement of the same thing (the headline's topic holds
-fewer records per partition; on Apache Kafka that does not change a steady rate, and the embedded
-broker's ShareFetch gets slower the more records a partition still holds, which favours the default's
-figure there).
+The default limit is the configuration of every other figure: its figure is the plain loop and the
+sharegroup query already measured at the main partition count (``known``: the throughput story's on
+Apache Kafka, the main topic's on the embedded broker), not a second measurement of the same thing
+(their topic holds other record counts per partition; on Apache Kafka that does not change a steady
+rate, and the embedded broker's ShareFetch gets slower the more records a partition still holds).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def measure_lock_limits(kafka: KafkaUnderTest, spark: SparkSession, limits: tupl
                         value_bytes: int, work: Path, timeout_s: float, say: Callable[[str], None],
                         known: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Records/s of the plain loop and of sharegroup -> noop at each lock limit, one run each, on one topic;
-    at the default limit the headline's runs in ``known`` ("plain" and "sharegroup")."""
+    at the default limit the runs in ``known`` ("plain" and "sharegroup")."""
     measured = [limit for limit in limits if limit != DEFAULT_RECORD_LOCK_LIMIT]
     records = max(measured, default=DEFAULT_RECORD_LOCK_LIMIT) * partitions * _WINDOWS
     topic = produce_dataset(kafka, partitions, records, value_bytes) if measured else ""
@@ -87,7 +87,7 @@ def measure_lock_limits(kafka: KafkaUnderTest, spark: SparkSession, limits: tupl
     for limit in limits:
         if limit == DEFAULT_RECORD_LOCK_LIMIT:
             figures["by_limit"][str(limit)] = {**_figure(known["plain"], known["sharegroup"]),
-                                               "measured_on": "the headline's topic and runs"}
+                                               "measured_on": "the runs measured already at this partition count"}
             continue
         trigger = 2 * limit * partitions
         try:

@@ -1,10 +1,11 @@
 """The bench's figure: one PNG with the views a reader needs to judge the source.
 
-The headline (four consumers on every Kafka peer, with their ratios to the plain loop and to
-sharegroup), throughput against the plain consumer (with the 0.8 target), scaling over partitions and over
-maxRecordsPerPartition, where one micro-batch's time goes, and (g) bounded state: a driver's restart
-on a long-lived state against a short-lived one, and one compacted-topic epoch's ledger row. Drawn
-on an Agg canvas without pyplot, so no display and no global backend state are involved.
+The throughput story (records/s over partitions, one line per consumer and the per-partition
+limit, the done-when checks in its title), the limit's two terms against a default sharegroup
+batch, latency, (d) over maxRecordsPerPartition, (c) where one micro-batch's time goes, (g)
+bounded state (a driver's restart on a long-lived state against a short-lived one, and one
+compacted-topic epoch's ledger row) and (h) coordinator=delta. Drawn on an Agg canvas without
+pyplot, so no display and no global backend state are involved.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.delta_coordinator import DELTA_CONSUMERS
-from bench.headline import CONSUMERS
 from bench.report import TARGET_RATIO
+from bench.story import STORY_CONSUMERS
 
 __all__ = ["plot", "plot_bounded_state", "plot_delta"]
 
@@ -28,77 +29,117 @@ def _rate(run: dict[str, Any]) -> float:
 
 
 def plot(figures: dict[str, Any], path: Path) -> None:
-    main = str(figures["main_partitions"])
     state = figures.get("bounded_state")
     delta = figures.get("delta")
-    limits = "peers" in figures
-    rows = [["headline", "headline"]] + ([["limit_left", "limit_right"]] if limits else []) + [
-        ["top_left", "top_right"], ["bottom_left", "bottom_right"]]
-    height = 14 + (5 if limits else 0) + (4 if state else 0) + (5 if delta else 0)
+    stories = list(figures.get("story", {}))
+    rows = [[f"story_{peer}", f"story_{peer}"] for peer in stories] + [
+        ["limit_left", "limit_right"], ["bottom_left", "bottom_right"]]
+    height = 10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0)
     fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
                               + ([["delta_left", "delta_right"]] if delta else []),
-                              height_ratios=[1.15] + ([1] if limits else []) + [1, 1] + ([0.8] if state else [])
+                              height_ratios=[1.4] * len(stories) + [1, 1] + ([0.8] if state else [])
                               + ([1] if delta else []))
-    if limits:
-        _limit(axes["limit_left"], figures)
-        _latency(axes["limit_right"], figures)
+    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: records of {figures['dataset']['value_bytes']} B, "
+                 f"{figures['machine']['cpus']} cores; (c) and (d) on the {figures['kafka']['detail_peer']} peer")
+    for peer in stories:
+        _story(axes[f"story_{peer}"], figures, peer)
+    if stories:
+        _limit_terms(axes["limit_left"], figures["story"][stories[0]], stories[0])
+    else:
+        axes["limit_left"].set_axis_off()
+    _latency(axes["limit_right"], figures)
     if state:
         _bounded_state(axes["state_left"], axes["state_right"], state)
     if delta:
         _delta(axes["delta_left"], axes["delta_right"], delta)
-    top_left, top_right = axes["top_left"], axes["top_right"]
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
-    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: "
-                 f"{figures['dataset']['records']:,} records of {figures['dataset']['value_bytes']} B, "
-                 f"{figures['machine']['cpus']} cores; (a) to (d) on the {figures['kafka']['detail_peer']} peer")
-    _headline(axes["headline"], figures)
 
-    plain = _rate(figures["baseline"][main])
-    labels = ["plain ShareConsumer", "driver methods\n(no Spark)", "sharegroup -> noop"]
-    values = [plain, figures["driver"]["timing"]["records_per_s"], _rate(figures["source"][main])]
-    top_left.bar(labels, values, color=["#777777", "#9ecae1", "#3182bd"])
-    top_left.axhline(TARGET_RATIO * plain, color="red", linestyle="--", label=f"target: {TARGET_RATIO} x plain")
-    top_left.set_title(f"(a, b) records/s at steady state, {main} partitions")
-    top_left.legend()
-
-    partitions = [int(p) for p in figures["source"]]
-    scaling = {peer: run["scaling"] for peer, run in figures.get("peers", {}).items()} or {
-        figures["kafka"]["detail_peer"]: {"baseline": figures["baseline"], "source": figures["source"]}}
-    for (peer, run), style in zip(scaling.items(), ["o-", "s--", "^:"], strict=False):
-        top_right.plot(partitions, [_rate(run["baseline"][str(p)]) for p in partitions], style, color="#777777",
-                       label=f"plain ShareConsumer, {peer}")
-        top_right.plot(partitions, [_rate(run["source"][str(p)]) for p in partitions], style, color="#3182bd",
-                       label=f"sharegroup -> noop, {peer}")
-    top_right.set_xscale("log", base=2)
-    top_right.set_xticks(partitions, [str(p) for p in partitions])
-    top_right.set_xlabel("partitions")
-    top_right.set_title("(d) records/s over partitions")
-    top_right.set_yscale("log")
-    top_right.legend()
-
-    limits = [int(m) for m in figures["max_records_per_partition"]]
-    bottom_left.plot(limits, [_rate(figures["max_records_per_partition"][str(m)]) for m in limits], "o-",
-                     color="#3182bd")
+    per_limit = figures["max_records_per_partition"]
+    limits = [int(m) for m in per_limit]
+    bottom_left.plot(limits, [_rate(per_limit[str(m)]) for m in limits], "o-", color="#3182bd")
+    for m in limits:
+        run = per_limit[str(m)]
+        bottom_left.annotate(f"{run['batch_phases_p50_ms'].get('triggerExecution', 0):,.0f} ms/batch",
+                             (m, _rate(run)), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7.5)
     bottom_left.set_xscale("log")
     bottom_left.set_xticks(limits, [f"{m:,}" for m in limits])
-    bottom_left.set_ylim(bottom=0)
+    bottom_left.set_ylim(bottom=0, top=max(_rate(run) for run in per_limit.values()) * 1.25 or 1)
     bottom_left.set_xlabel("maxRecordsPerPartition")
-    bottom_left.set_title(f"(d) records/s over maxRecordsPerPartition, {main} partitions")
+    bottom_left.set_title(f"(d) sharegroup, default batch, over maxRecordsPerPartition, "
+                          f"{figures['main_partitions']} partitions")
 
-    phases = {k: v for k, v in figures["source"][main]["batch_phases_p50_ms"].items() if k != "triggerExecution"}
+    source = per_limit[figures["max_records_per_partition_default"]]
+    phases = {k: v for k, v in source["batch_phases_p50_ms"].items() if k != "triggerExecution"}
     buckets = {b["bucket"]: b["ms_per_epoch"] for b in figures["driver"]["profile"]["buckets"]}
     colors = [colormaps["tab20"](i) for i in range(20)]
     _stacked(bottom_right, "Spark batch\n(progress, p50)", phases, colors[:len(phases)])
     _stacked(bottom_right, "driver methods\n(cProfile, mean)", buckets, colors[len(phases):])
     bottom_right.set_xlabel("ms per micro-batch")
-    bottom_right.set_title("(c) where a micro-batch's time goes")
+    bottom_right.set_title("(c) where a default micro-batch's time goes")
     bottom_right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
 
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # half an inch for the title, whatever the height
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+_STORY_STYLES = {"plain": ("#777777", "o-"), "broker": ("#3182bd", "s-"), "broker_tuned": ("#9ecae1", "s--"),
+                 "delta": ("#31a354", "^-"), "spark_kafka": ("#e6550d", "D-")}
+
+
+def _story(axes: Any, figures: dict[str, Any], peer: str) -> None:
+    """Records/s over partitions: one line per consumer and the per-partition limit, the done-when checks in the
+    title."""
+    scaling, limits, story = figures["scaling"][peer], figures["limit_per_partition"][peer], figures["story"][peer]
+    counts = [int(p) for p in limits]
+    for name, label in STORY_CONSUMERS.items():
+        color, style = _STORY_STYLES[name]
+        points = [(p, scaling[name][str(p)]) for p in counts if scaling[name][str(p)] is not None]
+        axes.plot([p for p, _ in points], [r for _, r in points], style, color=color, label=f"{name}: {label}")
+    points = [(p, limits[str(p)]) for p in counts if limits[str(p)] is not None]
+    axes.plot([p for p, _ in points], [r for _, r in points], "k:", linewidth=2.5,
+              label="limit: partitions x lock limit / (ShareFetch + Spark's own batch)")
+    for p, rate in points:
+        axes.annotate(f"{rate:,}", (p, rate), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7.5)
+    broker = [(p, scaling["broker"][str(p)]) for p in counts if scaling["broker"][str(p)] is not None]
+    for p, rate in broker:
+        ratio = story["ratios"]["broker"][str(p)]["to_limit"]
+        axes.annotate(f"{rate:,}" + (f"\n{ratio:.2f} of limit" if ratio is not None else ""), (p, rate),
+                      textcoords="offset points", xytext=(0, -22), ha="center", fontsize=7.5, color="#3182bd")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(counts, [str(p) for p in counts])
+    axes.set_xlabel("partitions")
+    axes.set_yscale("log")
+    axes.set_ylabel("records/s, steady state (log)")
+    checks = "; ".join(f"{check['check'].split(': ')[1]} = {'-' if check['value'] is None else check['value']:}"
+                       f" ({'met' if check['met'] else 'not met'})" for check in story["checks"])
+    axes.set_title(f"throughput story on {peer} Kafka, {story['value_bytes']} B records, median of {story['rounds']} "
+                   f"interleaved round(s)\n{checks}", fontsize=10)
+    axes.legend(fontsize=7.5, loc="lower right")
+
+
+def _limit_terms(axes: Any, story: dict[str, Any], peer: str) -> None:
+    """The limit's two terms per partition count, stacked, beside a default broker batch's time."""
+    counts = list(story["limit"])
+    x = range(len(counts))
+    fetch = [story["limit"][p].get("share_fetch_ms") or 0 for p in counts]
+    own = [story["limit"][p].get("spark_batch_ms") or 0 for p in counts]
+    axes.bar([i - 0.2 for i in x], fetch, 0.4, color="#777777", label="ShareFetch (window / plain loop's rate)")
+    axes.bar([i - 0.2 for i in x], own, 0.4, bottom=fetch, color="#e6550d",
+             label="Spark's own batch (trivial source, best task count)")
+    broker = [story["runs"]["broker"][p].get("batch_phases_p50_ms", {}).get("triggerExecution", 0) for p in counts]
+    axes.bar([i + 0.2 for i in x], broker, 0.4, color="#3182bd", label="sharegroup default batch (p50)")
+    for i, p in enumerate(counts):
+        axes.text(i - 0.2, fetch[i] + own[i], f"{story['limit'][p]['records_per_batch']:,}\nrecords",
+                  ha="center", va="bottom", fontsize=7)
+        axes.text(i + 0.2, broker[i], f"{story['runs']['broker'][p].get('records_per_batch_p50', 0):,.0f}\nrecords",
+                  ha="center", va="bottom", fontsize=7)
+    axes.set_xticks(list(x), [f"{p} partitions" for p in counts])
+    axes.set_ylabel("ms per batch of partitions x lock limit")
+    axes.set_title(f"the limit's terms on {peer} Kafka, against a default sharegroup batch")
+    axes.legend(fontsize=7, loc="upper left")
 
 
 def plot_bounded_state(figures: dict[str, Any], path: Path) -> None:
@@ -196,57 +237,6 @@ def _bounded_state(left: Any, right: Any, state: dict[str, Any]) -> None:
     right.set_ylabel("ledger data on disk, bytes")
     right.set_title(f"(g) one epoch, {row['records']:,} records over {row['offsets']:,} offsets "
                     f"({row['legacy_to_current']}x)")
-
-
-def _headline(axes: Any, figures: dict[str, Any]) -> None:
-    """Grouped bars: one group per peer, one bar per consumer, labelled with its ratios."""
-    peers = figures["headline"]
-    colors = ["#3182bd", "#777777", "#e6550d", "#31a354"]
-    width = 0.8 / len(CONSUMERS)
-    top = max((rate or 0 for peer in peers.values() for rate in peer["records_per_s"].values()), default=0) or 1
-    for index, ((name, label), color) in enumerate(zip(CONSUMERS.items(), colors, strict=True)):
-        for group, peer in enumerate(peers.values()):
-            x = group + (index - (len(CONSUMERS) - 1) / 2) * width
-            rate = peer["records_per_s"][name]
-            axes.bar(x, rate or 0, width, color=color, label=label if group == 0 else None)
-            to_plain, to_sharegroup = peer["ratio_to_plain"][name], peer["ratio_to_sharegroup"][name]
-            text = ("n/a" if rate is None else
-                    f"{rate:,}" + (f"\n{to_plain:.2f}x plain" if to_plain is not None and name != "plain" else "")
-                    + (f"\n{to_sharegroup:.2f}x sg" if to_sharegroup is not None and name != "sharegroup" else ""))
-            axes.text(x, (rate or 0) + top * 0.01, text, ha="center", va="bottom", fontsize=7.5)
-    axes.set_xticks(range(len(peers)), [f"{peer} Kafka" for peer in peers])
-    axes.set_ylim(0, top * 1.3)
-    axes.set_ylabel("records/s, steady state")
-    axes.set_title(f"headline: four consumers of the same {figures['main_partitions']}-partition topic "
-                   f"(n/a: could not run on that peer)")
-    axes.legend(fontsize=8, loc="upper left")
-
-
-def _limit(axes: Any, figures: dict[str, Any]) -> None:
-    """Per peer: sharegroup, the limit (batch / (ShareFetch + Spark's own batch)) and the plain loop, with ratios;
-    the lock limits' sharegroup rates as points."""
-    peers = {name: peer for name, peer in figures["headline"].items() if "limit" in peer}
-    bars = {"sharegroup -> noop": "#3182bd", "limit": "#e6550d", "plain ShareConsumer": "#777777"}
-    width = 0.8 / len(bars)
-    top = 1.0
-    for group, peer in enumerate(peers.values()):
-        limit = peer["limit"]
-        values = [peer["records_per_s"]["sharegroup"] or 0, limit["limit_records_per_s"],
-                  peer["records_per_s"]["plain"] or 0]
-        top = max(top, *values)
-        for index, ((label, color), value) in enumerate(zip(bars.items(), values, strict=True)):
-            x = group + (index - 1) * width
-            axes.bar(x, value, width, color=color, label=label if group == 0 else None)
-            axes.text(x, value, f"{value:,.0f}", ha="center", va="bottom", fontsize=7.5)
-        axes.text(group, top * 1.02, f"{limit['ratio_to_limit']:.2f}x limit (target {figures['limit_target']}), "
-                  f"{peer['ratio_to_plain']['sharegroup']:.2f}x plain\nlimit = {limit['records_per_batch']:,} / "
-                  f"({limit['share_fetch_ms']:.0f} + {limit['spark_batch_ms']:.0f} ms)", ha="center", fontsize=8)
-    axes.set_xticks(range(len(peers)), [f"{name} Kafka" for name in peers])
-    axes.set_yscale("log")
-    axes.set_ylim(1_000, top * 3)
-    axes.set_ylabel("records/s")
-    axes.set_title(f"sharegroup against the in-flight limit, {figures['main_partitions']} partitions")
-    axes.legend(fontsize=7, loc="lower right")
 
 
 def _latency(axes: Any, figures: dict[str, Any]) -> None:

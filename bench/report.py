@@ -1,8 +1,9 @@
 """The bench's outputs: the JSON figures and the short table printed at the end of a run.
 
 The table is what the README's Benchmarks section quotes, so it carries the conclusions as well
-as the numbers: whether the 0.8 target was met, where a batch's time goes, and the in-flight limit
-that bounds records per second per partition whatever the source does.
+as the numbers: the throughput story (five consumers over partitions against the per-partition
+limit the in-flight window sets, with its done-when checks), where a batch's time goes, and the
+other lettered figures.
 """
 
 from __future__ import annotations
@@ -12,28 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.delta_coordinator import DELTA_CONSUMERS
-from bench.headline import CONSUMERS
+from bench.story import STORY_CONSUMERS
 
-__all__ = ["LIMIT_TARGET", "TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "limit_note",
-           "peers_table", "settings_table", "state_only_table", "table", "write_json"]
+__all__ = ["TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "peers_table",
+           "settings_table", "state_only_table", "story_table", "table", "write_json"]
 
-#: format("sharegroup") -> noop must reach this share of the plain ShareConsumer's records/s.
+#: coordinator=delta -> noop must reach this share of the plain reader's records/s, and of format("kafka")'s ((h)).
 TARGET_RATIO = 0.8
-#: ... and this share of the limit the in-flight window sets (bench.spark_limit), measured in the same run.
-LIMIT_TARGET = 0.9
 
 
 def write_json(figures: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(figures, indent=2) + "\n")
-
-
-def limit_note(lock_limit: int, batch_seconds: float) -> str:
-    ceiling = lock_limit / batch_seconds if batch_seconds else float("nan")
-    return (f"physical limit: a share-partition has at most {lock_limit:,} records in flight "
-            f"(group.share.partition.max.record.locks; the embedded broker's record_lock_limit), so records/s per "
-            f"partition cannot exceed {lock_limit:,} / batch duration = {lock_limit:,} / {batch_seconds:.2f} s = "
-            f"{ceiling:,.0f} records/s per partition at this run's median batch time")
 
 
 def _rate(run: dict[str, Any]) -> str:
@@ -53,64 +44,73 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def headline_table(figures: dict[str, Any]) -> list[str]:
-    """The four consumers on every peer: records/s, and the ratio to the plain loop and to sharegroup."""
-    peers = figures["headline"]
-    width = sum(_CELL)
-    lines = [f"headline: the same {figures['dataset']['records']:,} records in {figures['main_partitions']} "
-             f"partitions, steady-state records/s and ratios",
-             f"{'':<46}" + "".join(f"{peer + ' Kafka':>{width}}" for peer in peers),
-             f"{'consumer':<46}" + _cell("records/s", "/plain", "/sg") * len(peers)]
-    for name, label in CONSUMERS.items():
-        cells = [f"{'n/a':>{width}}" if peer["records_per_s"][name] is None else
-                 _cell(f"{peer['records_per_s'][name]:,}", _ratio(peer["ratio_to_plain"][name]),
-                       _ratio(peer["ratio_to_sharegroup"][name])) for peer in peers.values()]
-        lines.append(f"{label:<46}" + "".join(cells))
-    batch_ms = [[run.get("batch_phases_p50_ms", {}).get("triggerExecution") for run in (
-        peer["runs"]["sharegroup"], peer["runs"]["spark_kafka"])] for peer in peers.values()]
-    lines.append(f"{'Spark batch p50 ms, sharegroup / format(kafka)':<46}" + "".join(
-        f"{' / '.join('-' if ms is None else f'{ms:,.0f}' for ms in pair):>{width}}" for pair in batch_ms))
-    limits = [peer.get("limit") for peer in peers.values()]
-    if any(limits):
-        lines.append(f"{'limit: batch / (ShareFetch + Spark own batch)':<46}" + "".join(
-            f"{'-' if limit is None else format(limit['limit_records_per_s'], ','):>{width}}" for limit in limits))
-        lines.append(f"{'  records / ShareFetch ms / Spark own ms':<46}" + "".join(
-            f"{'-' if limit is None else _limit_terms(limit):>{width}}" for limit in limits))
-        lines.append(f"{'sharegroup / limit (target ' + str(LIMIT_TARGET) + '), / plain':<46}" + "".join(
-            f"{'-' if limit is None else _limit_verdict(limit, peer):>{width}}"
-            for limit, peer in zip(limits, peers.values(), strict=True)))
-    own = [peer["runs"]["kafka_perf_tool"].get("tool_records_per_s") for peer in peers.values()]
-    lines.append(f"{'Kafka perf tool own nMsg.sec (incl. joining)':<46}" + "".join(
-        f"{'-' if rate is None else f'{rate:,}':>{width}}" for rate in own))
-    lines += [f"n/a on {peer}: {CONSUMERS[name]}: {error}"
-              for peer, summary in peers.items() for name, error in summary["errors"].items()]
-    return lines
+def story_table(figures: dict[str, Any]) -> list[str]:
+    """The throughput story on every peer that ran it: rows the five consumers and the limit, columns the partition
+    counts, each cell records/s and its ratios to format("kafka") and to the limit; then the limit's two terms,
+    the batches and the done-when checks."""
+    lines: list[str] = []
+    for peer, story in figures["story"].items():
+        scaling, limits = figures["scaling"][peer], figures["limit_per_partition"][peer]
+        counts = list(limits)
+        rows = {**{name: scaling[name] for name in STORY_CONSUMERS}, "limit": limits}
+        labels = {**STORY_CONSUMERS, "limit": "per-partition limit"}
+        lines += [f"throughput story on {peer} Kafka: records/s of {story['value_bytes']} B records, steady state, "
+                  f"median of {story['rounds']} interleaved round(s); (x of spark_kafka, y of limit)",
+                  f"{'':<32}" + "".join(f"{p + ' partitions':>30}" for p in counts)]
+        for name, by_p in rows.items():
+            cells = []
+            for p in counts:
+                ratio = story["ratios"][name][p]
+                cells.append("n/a" if by_p[p] is None else
+                             f"{by_p[p]:,} ({_ratio(ratio['to_spark_kafka'])}, {_ratio(ratio['to_limit'])})")
+            lines.append(f"{labels[name]:<32}" + "".join(f"{cell:>30}" for cell in cells))
+        limit = story["limit"]
+        lines.append(f"{'  limit = records / (ShareFetch':<32}" + "".join(
+            f"{_limit_terms(limit[p]):>30}" for p in counts))
+        lines.append(f"{'    + Spark own ms in n tasks)':<32}" + "".join(
+            f"{_own_terms(limit[p]):>30}" for p in counts))
+        for name in ("broker", "broker_tuned", "delta", "spark_kafka"):
+            runs = story["runs"][name]
+            lines.append(f"{'  ' + name + ' records/batch, ms':<32}" + "".join(
+                f"{_batch(runs[p]):>30}" for p in counts))
+        tuned = ", ".join(f"{p}: {', '.join(f'{k}={v:,}' for k, v in story['options']['broker_tuned'][p].items())}"
+                          for p in counts)
+        lines.append(f"  broker_tuned options ({story['cores']} cores): {tuned}")
+        lines += [f"  done when: {check['check']} = {_ratio(check['value'])} (at least {check['at_least']}): "
+                  f"{_verdict(check['met'])}" for check in story["checks"]]
+        lines += [f"  n/a: {key}: {error}" for key, error in story["errors"].items()]
+        lines.append("")
+    return lines[:-1]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _own_terms(limit: dict[str, Any]) -> str:
+    """Spark's own batch at the limit's batch size in each task count measured: ``n tasks: ms``."""
+    return "best of " + ", ".join(f"{tasks}: {_ms(run.get('batch_ms_p50'))}"
+                                  for tasks, run in limit["spark_batch_by_tasks"].items())
 
 
 def _limit_terms(limit: dict[str, Any]) -> str:
-    return f"{limit['records_per_batch']:,} / {limit['share_fetch_ms']:,.0f} / {limit['spark_batch_ms']:,.0f}"
+    if limit.get("limit_records_per_s") is None:
+        return "n/a"
+    return (f"{limit['records_per_batch']:,} / ({limit['share_fetch_ms']:,.0f} + {limit['spark_batch_ms']:,.0f}"
+            f" in {limit['spark_batch_tasks']})")
 
 
-def _limit_verdict(limit: dict[str, Any], peer: dict[str, Any]) -> str:
-    ratio = limit["ratio_to_limit"]
-    met = None if ratio is None else ratio >= LIMIT_TARGET
-    return f"{_ratio(ratio)} {_verdict(met)} / {_ratio(peer['ratio_to_plain']['sharegroup'])}"
+def _batch(run: dict[str, Any]) -> str:
+    if "throughput" not in run:
+        return "n/a"
+    return f"{run['records_per_batch_p50']:,.0f} in {run['batch_phases_p50_ms'].get('triggerExecution', 0):,.0f} ms"
 
 
 def peers_table(figures: dict[str, Any]) -> list[str]:
-    """Per peer: scaling over partitions, over the lock limit, and latency at a steady rate below the limit."""
+    """Per peer: scaling over the lock limit, and latency at a steady rate below the limit."""
     peers = figures["peers"]
-    counts = list(next(iter(peers.values()))["scaling"]["source"])
-    lines = ["scaling over partitions, records/s: plain loop / sharegroup (ratio)",
-             f"{'partitions':>10}" + "".join(f"{peer + ' Kafka':>30}" for peer in peers)]
-    for count in counts:
-        cells = []
-        for peer in peers.values():
-            plain = peer["scaling"]["baseline"][count]["throughput"]["records_per_s"]
-            rate = peer["scaling"]["source"][count]["throughput"]["records_per_s"]
-            cells.append(f"{plain:,} / {rate:,} ({rate / plain if plain else 0:.2f})")
-        lines.append(f"{count:>10}" + "".join(f"{cell:>30}" for cell in cells))
-    lines += ["", "scaling over the lock limit (max.record.locks; maxRecordsPerPartition and maxRecordsPerTrigger "
+    lines: list[str] = []
+    lines += ["scaling over the lock limit (max.record.locks; maxRecordsPerPartition and maxRecordsPerTrigger "
                   f"follow), {figures['main_partitions']} partitions,",
               "records/s: plain / sharegroup (records per batch)",
               f"{'lock limit':>10}" + "".join(f"{peer + ' Kafka':>36}" for peer in peers)]
@@ -260,6 +260,7 @@ def delta_table(delta: dict[str, Any]) -> list[str]:
         per_k = run["lost_races"] / max(run["accepted"], 1) * 1000
         lines.append(f"{n:>10} {_rate(run):>10} {run['lost_races']:>11,} {per_k:>11.1f} {run['settles']:>8,} "
                      f"{run['failed_settles']:>7,} {', '.join(f'{a:,}' for a in run['per_member_accepted']):>24}")
+    lines += [f"{n:>10} n/a: {error}" for n, error in members.get("errors", {}).items()]
     return lines
 
 
@@ -279,31 +280,25 @@ def state_only_table(figures: dict[str, Any]) -> str:
 
 def table(figures: dict[str, Any]) -> str:
     main = str(figures["main_partitions"])
-    baseline, source = figures["baseline"][main], figures["source"][main]
+    per_limit = figures["max_records_per_partition"]
+    source = per_limit[figures["max_records_per_partition_default"]]
     driver, state = figures["driver"], figures["state_store"]
     timing, memory = driver["timing"], driver["memory"]
-    verdict = "met" if figures["target_met"] else "NOT met"
     lines = [
-        f"sharegroup bench {figures['date']} ({'quick' if figures['quick'] else 'full'}), "
-        f"{figures['dataset']['records']:,} records of {figures['dataset']['value_bytes']} B, "
-        f"{figures['machine']['cpus']} cores, {figures['elapsed_s']} s",
+        f"sharegroup bench {figures['date']} ({'quick' if figures['quick'] else 'full'}), records of "
+        f"{figures['dataset']['value_bytes']} B, {figures['machine']['cpus']} cores, {figures['elapsed_s']} s",
         "",
-        *headline_table(figures),
+        *story_table(figures),
         "",
-        f"{'figure, on the ' + figures['kafka']['detail_peer'] + ' peer':<58}{'value':>22}",
-        f"{'(a) plain ShareConsumer, ' + main + ' partitions, records/s':<58}{_rate(baseline):>22}",
-        f"{'(b) format(sharegroup) -> noop, steady state, records/s':<58}{_rate(source):>22}",
-        f"{'    ratio (b)/(a), target ' + str(TARGET_RATIO):<58}{figures['ratio']:>15.2f} {verdict:>6}",
-        f"{'    driver methods alone (no Spark), records/s':<58}{timing['records_per_s']:>22,}",
-        f"{'(c) source calls per batch p50 / p95 ms':<58}"
+        f"{'figure, on the ' + figures['kafka']['detail_peer'] + ' peer, ' + main + ' partitions':<58}{'value':>22}",
+        f"{'(c) driver methods alone (no Spark), records/s':<58}{timing['records_per_s']:>22,}",
+        f"{'    source calls per batch p50 / p95 ms':<58}"
         f"{timing['source_calls']['p50_ms']:>13} / {timing['source_calls']['p95_ms']:<6}",
         f"{'    of which broker round trips p50 / p95 ms':<58}"
         f"{timing['broker_round_trips']['p50_ms']:>13} / {timing['broker_round_trips']['p95_ms']:<6}",
         f"{'    of which the connector own work p50 / p95 ms':<58}"
         f"{timing['connector_own']['p50_ms']:>13} / {timing['connector_own']['p95_ms']:<6}",
         f"{'    records per batch p50':<58}{timing['records_per_batch_p50']:>22,.0f}",
-        f"{'    Spark batch p50 ms (triggerExecution)':<58}"
-        f"{source['batch_phases_p50_ms'].get('triggerExecution', 0):>22,.0f}",
         f"{'(e) ledger write+read per epoch p50 / p95 ms':<58}"
         f"{state['write_plus_read']['p50_ms']:>13} / {state['write_plus_read']['p95_ms']:<6}",
         f"{'    ledger set_status p50 ms; Delta commits per epoch (driver)':<58}"
@@ -311,27 +306,19 @@ def table(figures: dict[str, Any]) -> str:
         f"{'(f) driver Python heap peak / held, MB per 10k in flight':<58}"
         f"{memory['python_heap_peak_mb_per_10k']:>13} / {memory['python_heap_held_mb_per_10k']:<6}",
         f"{'    Arrow buffers held, MB per 10k in flight':<58}{memory['arrow_held_mb_per_10k']:>22}",
-        f"{'    Spark source runner peak RSS, MB':<58}{source['runner_rss_peak_mb']:>22}",
+        f"{'    Spark source runner peak RSS, MB (defaults)':<58}{source.get('runner_rss_peak_mb', '-'):>22}",
         "",
-        "(d) scaling over partitions (records/s)",
-        f"{'partitions':>10} {'plain':>10} {'source':>10} {'ratio':>7} {'records/batch':>14} {'batch ms':>9}",
+        f"(d) sharegroup -> noop with its default batch over maxRecordsPerPartition, {main} partitions",
+        f"{'maxRecordsPerPartition':>22} {'records/s':>10} {'records/batch':>14} {'batch ms':>9}",
     ]
-    for partitions, run in figures["source"].items():
-        plain = figures["baseline"][partitions]["throughput"]["records_per_s"]
-        rate = run["throughput"]["records_per_s"]
-        lines.append(f"{partitions:>10} {plain:>10,} {rate:>10,} {rate / plain if plain else 0:>7.2f} "
+    for limit, run in per_limit.items():
+        lines.append(f"{int(limit):>22,} {run['throughput']['records_per_s']:>10,} "
                      f"{run['records_per_batch_p50']:>14,.0f} "
                      f"{run['batch_phases_p50_ms'].get('triggerExecution', 0):>9,.0f}")
-    lines += ["", f"(d) scaling over maxRecordsPerPartition, {main} partitions (records/s)",
-              f"{'maxRecordsPerPartition':>22} {'source':>10} {'batch ms':>9}"]
-    for limit, run in figures["max_records_per_partition"].items():
-        lines.append(f"{limit:>22} {run['throughput']['records_per_s']:>10,} "
-                     f"{run['batch_phases_p50_ms'].get('triggerExecution', 0):>9,.0f}")
-    lines += ["", "where a Spark batch's time goes (p50 ms): " + ", ".join(
+    lines += ["", "where a default sharegroup batch's time goes (p50 ms): " + ", ".join(
         f"{k} {v:,.0f}" for k, v in source["batch_phases_p50_ms"].items())]
     lines += ["where the driver methods' time goes (cProfile, ms per epoch): " + ", ".join(
         f"{b['bucket']} {b['ms_per_epoch']}" for b in driver["profile"]["buckets"])]
-    lines += ["", figures["limit_note"]]
     if "peers" in figures:
         lines += ["", *peers_table(figures)]
     if "spark_settings" in figures:

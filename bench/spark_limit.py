@@ -7,19 +7,21 @@ log, planning, tasks, commit log), so whatever the source does, records/s cannot
 
     limit = records per batch / (ShareFetch time + Spark's own batch time)
 
-Both terms are measured here, on the bench's machine and in the same run as the sharegroup query:
+with records per batch = partitions x lock limit (every window full). Both terms are measured on the
+bench's machine, in the same run as the consumers (``bench.story`` runs them at every partition count):
 
 * Spark's own batch time: a trivial Python streaming source (``pyspark.sql.datasource``) that
   emits, per micro-batch, in-memory Arrow batches with the sharegroup source's schema and 64-byte
-  values, in as many tasks as the sharegroup query's batches have, into the same ``noop`` sink
-  with the same trigger. Its batches are built once per worker and cached, and its offsets are a
-  counter, so what its micro-batches cost is Spark's (and Spark's Python data source path's),
-  which the sharegroup source pays as well. The p50 of ``triggerExecution`` and of each phase.
+  values, in a given number of tasks, into the same ``noop`` sink with the same trigger. Its
+  batches are built once per worker and cached, and its offsets are a counter, so what its
+  micro-batches cost is Spark's (and Spark's Python data source path's), which the sharegroup
+  source pays as well. The p50 of ``triggerExecution`` and of each phase. The story takes the
+  better of one task and as many tasks as the machine has cores: what Spark itself allows here.
 * ShareFetch time: records per batch / the plain ShareConsumer loop's steady rate, i.e. the time
   the loop takes to move one batch of that size (the ShareFetch, touching every value, and the
   acknowledgement's round trip in ``commit_sync``). It is taken from the loop's steady rate rather
   than from single polls, because on the Apache broker a poll's size follows producer batches and
-  lock availability, not ``max.poll.records``, so few polls return exactly the query's batch size.
+  lock availability, not ``max.poll.records``, so few polls return exactly the batch size.
 
 The same trivial source measures what the checkpoint setting of conf/spark-defaults.conf (and of the
 bench's session) saves: the session as it is (the FileSystem-based checkpoint manager on
@@ -128,15 +130,13 @@ def spark_batch_cost(spark: SparkSession, rows_per_batch: int, tasks: int, batch
             "records_per_s": steady["throughput"]["records_per_s"]}
 
 
-def limit_figures(records_per_batch: float, plain_records_per_s: float, spark_batch_ms: float,
-                  sharegroup_records_per_s: float) -> dict[str, Any]:
-    """The limit for batches of ``records_per_batch`` and the sharegroup query's ratio to it (see the module)."""
+def limit_figures(records_per_batch: float, plain_records_per_s: float, spark_batch_ms: float) -> dict[str, Any]:
+    """The limit for batches of ``records_per_batch``: records per batch / (ShareFetch + Spark's own batch)."""
     fetch_ms = records_per_batch / plain_records_per_s * 1000 if plain_records_per_s else 0.0
     held_ms = fetch_ms + spark_batch_ms
     limit = records_per_batch / held_ms * 1000 if held_ms else 0.0
     return {"records_per_batch": round(records_per_batch), "share_fetch_ms": round(fetch_ms, 1),
-            "spark_batch_ms": round(spark_batch_ms, 1), "limit_records_per_s": round(limit),
-            "ratio_to_limit": round(sharegroup_records_per_s / limit, 3) if limit else None}
+            "spark_batch_ms": round(spark_batch_ms, 1), "limit_records_per_s": round(limit)}
 
 
 #: What the session is compared with, set on it before a query starts and unset after: Spark's own default

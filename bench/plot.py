@@ -86,7 +86,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
 
 
 _STORY_STYLES = {"plain": ("#777777", "o-"), "broker": ("#3182bd", "s-"), "broker_tuned": ("#9ecae1", "s--"),
-                 "delta": ("#31a354", "^-"), "spark_kafka": ("#e6550d", "D-")}
+                 "delta": ("#31a354", "^-"), "spark_kafka": ("#e6550d", "D-"), "kafka_perf_tool": ("#bbbbbb", "v:")}
 
 
 def _story(axes: Any, figures: dict[str, Any], peer: str) -> None:

@@ -8,9 +8,13 @@ The consumers, each on a fresh share group (or Delta group, or checkpoint) over 
   ``max.poll.records`` of partitions x 10,000, so only the share-partitions' windows bound a poll;
 * ``broker``: ``format("sharegroup")`` into noop with its default options (coordinator=broker: a batch
   is one poll, sized by the share-partitions' in-flight windows);
-* ``broker_tuned``: the broker coordinator at its best options for throughput (``tuned_options``);
+* ``broker_tuned``: the broker coordinator with the options the README recommends (``tuned_options``):
+  ``checkpointLocation``, so acknowledgements follow Spark's commit log instead of the next trigger,
+  and one task per batch whatever the lock limit (one task is Spark's cheapest batch on two cores);
 * ``delta``: ``coordinator=delta`` into noop in batches of ``trigger`` records and tasks of ``task``;
-* ``spark_kafka``: Spark's own ``format("kafka")`` into noop, ``maxOffsetsPerTrigger`` = ``trigger``.
+* ``spark_kafka``: Spark's own ``format("kafka")`` into noop, ``maxOffsetsPerTrigger`` = ``trigger``;
+* ``kafka_perf_tool``: Kafka's own share consumer perf tool (the Java client, ``bench.perf_tool``), a
+  second plain-consumer yardstick beside ``plain``.
 
 The per-partition limit is physical (DESIGN.md, "Performance model"): a share-partition holds at most
 the lock limit's records in flight, each held at least for a ShareFetch plus Spark's own batch at
@@ -30,7 +34,6 @@ bench falls on all of them alike; the median run of each is kept.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from itertools import count
@@ -42,6 +45,7 @@ from pyspark.sql import SparkSession
 from bench.baseline import plain_share_consumer
 from bench.cluster import produce_dataset
 from bench.delta_coordinator import delta_into_noop
+from bench.perf_tool import kafka_perf_tool
 from bench.rounds import measure_rounds
 from bench.sizes import StorySizes
 from bench.spark_limit import limit_figures, spark_batch_cost
@@ -57,6 +61,7 @@ STORY_CONSUMERS = {
     "broker_tuned": "sharegroup, broker, tuned",
     "delta": "sharegroup, coordinator=delta",
     "spark_kafka": 'Spark format("kafka")',
+    "kafka_perf_tool": "Kafka's share consumer perf tool (Java)",
 }
 #: The records/s of plain's max.poll.records per partition: more than a window, so it never bounds a poll.
 PLAIN_POLL_RECORDS_PER_PARTITION = 10_000
@@ -69,10 +74,18 @@ CHECKS = (
 )
 
 
-def tuned_options(partitions: int, lock_limit: int, cores: int) -> dict[str, int]:
-    """``broker_tuned``'s options: one task per core per batch (a default batch holds partitions x lock limit
-    records), so the batch's tasks run at once and no core waits for a second wave."""
-    return {"maxRecordsPerPartition": math.ceil(partitions * lock_limit / cores)}
+def tuned_options(partitions: int, checkpoint: Path | None = None) -> dict[str, str]:
+    """``broker_tuned``'s options: the query's checkpoint (acknowledgements at Spark's commit) and one task per
+    batch however many records the windows hold (at most 10,000 per partition)."""
+    return {"maxRecordsPerPartition": str(partitions * 10_000),
+            **({"checkpointLocation": str(checkpoint)} if checkpoint is not None else {})}
+
+
+def _tuned(spark: SparkSession, kafka: KafkaUnderTest, topic: str, records: int, work: Path, timeout_s: float,
+           partitions: int) -> dict[str, Any]:
+    """``broker_tuned`` into noop: its checkpointLocation option is the query's own checkpoint."""
+    return source_into_noop(spark, kafka, topic, records, work, timeout_s,
+                            **tuned_options(partitions, work / "checkpoint"))
 
 
 def _spark_own(spark: SparkSession, rows: int, tasks: int, batches: int, work: Path) -> dict[str, Any]:
@@ -106,13 +119,13 @@ def measure_story(kafka: KafkaUnderTest, spark: SparkSession, sizes: StorySizes,
                 kafka, topic, sizes.records, timeout_s, max_poll_records=p * PLAIN_POLL_RECORDS_PER_PARTITION),
             "broker": lambda p=p, topic=topic: source_into_noop(spark, kafka, topic, broker_records(p),
                                                                 work("broker"), timeout_s),
-            "broker_tuned": lambda p=p, topic=topic: source_into_noop(
-                spark, kafka, topic, broker_records(p), work("tuned"), timeout_s,
-                **tuned_options(p, lock_limit, cores)),
+            "broker_tuned": lambda p=p, topic=topic: _tuned(spark, kafka, topic, broker_records(p), work("tuned"),
+                                                            timeout_s, p),
             "delta": lambda topic=topic: delta_into_noop(spark, kafka, topic, sizes.records, work("delta"),
                                                          timeout_s, sizes.trigger, sizes.task),
             "spark_kafka": lambda topic=topic: kafka_into_noop(spark, kafka, topic, sizes.records, work("kafka"),
                                                                timeout_s, sizes.trigger),
+            "kafka_perf_tool": lambda topic=topic: kafka_perf_tool(kafka, topic, sizes.records, timeout_s),
             **{f"spark_own_{tasks}": lambda tasks=tasks, window=window: _spark_own(
                 spark, window, tasks, sizes.spark_cost_batches, work("own")) for tasks in task_counts},
         }
@@ -147,7 +160,8 @@ def measure_story(kafka: KafkaUnderTest, spark: SparkSession, sizes: StorySizes,
                     for name in STORY_CONSUMERS},
         "options": {"plain": {str(p): {"max.poll.records": p * PLAIN_POLL_RECORDS_PER_PARTITION} for p in topics},
                     "broker": {str(p): {} for p in topics},
-                    "broker_tuned": {str(p): tuned_options(p, lock_limit, cores) for p in topics},
+                    "broker_tuned": {str(p): tuned_options(p) | {"checkpointLocation": "<the query's checkpoint>"}
+                                     for p in topics},
                     "delta": {str(p): {"coordinator": "delta", "maxRecordsPerTrigger": sizes.trigger,
                                        "maxRecordsPerPartition": sizes.task,
                                        "share.partition.max.record.locks": sizes.trigger,

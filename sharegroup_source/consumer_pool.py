@@ -76,7 +76,8 @@ class ConsumerPool:
         key = _key(config)
         with self._lock:
             stale = self._expire()
-            found = next((ident for ident, idle in self._idle.items() if idle.key == key), None)
+            # the most recently returned: its connections are the warmest, and the others age out
+            found = next((ident for ident, idle in reversed(self._idle.items()) if idle.key == key), None)
             taken = self._idle.pop(found).consumer if found is not None else None
         for closing in stale:
             _close(closing)

@@ -115,8 +115,11 @@ class ConsumerPool:
             _close(consumer)
 
     def _forget(self) -> None:
-        """In a forked child: the parent's clients have no threads here, and closing one would hang."""
+        """In a forked child: the parent's clients have no threads here, and closing one would hang. Freeing one
+        destroys it, which crashed a child that ``subprocess`` forked (a segmentation fault before the exec), so
+        they are kept, never to be used: the child runs without them."""
         self._lock = threading.Lock()
+        _INHERITED.extend(idle.consumer for idle in self._idle.values())
         self._idle = OrderedDict()
 
 
@@ -129,6 +132,8 @@ def _close(consumer: Consumer) -> None:
         consumer.close()
 
 
+#: a forked child's references to its parent's clients, which it must neither use nor free
+_INHERITED: list[Consumer] = []
 _POOL = ConsumerPool()
 atexit.register(_POOL.close)
 os.register_at_fork(after_in_child=_POOL._forget)

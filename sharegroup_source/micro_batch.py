@@ -492,7 +492,15 @@ def task_cuts(weights: np.ndarray, max_records: int, max_bytes: int) -> list[int
 
 
 def replay_partitions(entry: LedgerEntry, options: SourceOptions) -> list[ReplayPartition]:
-    """A ledgered epoch's tasks, offset ranges only (maxRecordsPerPartition each): executors read them back."""
-    return [ReplayPartition(entry.epoch, piece, options.include_headers, options.fail_on_data_loss,
-                            options.replay_config)
-            for r in entry.ranges for piece in r.split(options.max_records_per_partition)]
+    """A ledgered epoch's tasks, offset ranges only: pieces of at most maxRecordsPerPartition records, packed in
+    order into tasks of at most that many records (one task may read several Kafka partitions)."""
+    tasks: list[list[OffsetRange]] = []
+    held = options.max_records_per_partition
+    for piece in (piece for r in entry.ranges for piece in r.split(options.max_records_per_partition)):
+        if held + piece.record_count > options.max_records_per_partition:
+            tasks.append([])
+            held = 0
+        tasks[-1].append(piece)
+        held += piece.record_count
+    return [ReplayPartition(entry.epoch, tuple(pieces), options.include_headers, options.fail_on_data_loss,
+                            options.replay_config) for pieces in tasks]

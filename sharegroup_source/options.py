@@ -80,8 +80,8 @@ class SourceOptions:
     state_location: str
     max_records_per_trigger: int | None = None
     #: records per Spark task. Each task costs Spark's Python data source path tens of milliseconds of its
-    #: own, so a default batch (what the windows hold: 32,000 records on 16 partitions) rides in one task;
-    #: a task of offsets covers one Kafka partition at most anyway
+    #: own, so a default batch (what the windows hold: 32,000 records on 16 partitions) rides in one task, and a
+    #: task of offsets reads the ranges of several Kafka partitions in turn
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     #: key, value and header bytes per micro-batch (Spark's maxBytesPerTrigger), unbounded by default
     max_bytes_per_trigger: int | None = None

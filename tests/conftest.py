@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sharegroup_source.consumer_pool import consumer_pool
 from sharegroup_source.testing.embedded_broker import API_KEYS
 from sharegroup_source.testing.kafka_peers import (
     BOOTSTRAP_ENV,
@@ -45,6 +46,9 @@ def pytest_report_header(config) -> str:
 def kafka(request) -> Iterator[KafkaUnderTest]:
     with kafka_session(request.param) as under_test:
         yield under_test
+        # consumers pooled in this process (replays and read-backs the driver ran here) leave before their broker
+        # stops, instead of complaining that it is gone until the process ends
+        consumer_pool().close()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,15 +10,18 @@ same tail twice with the same answer.
 
 from __future__ import annotations
 
+import gc
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from sharegroup_source import consumer_pool
 from sharegroup_source.consumer_pool import ConsumerPool
 from sharegroup_source.kafka_clients import consumer_config
-from sharegroup_source.offset_reader import OffsetRangeReader
+from sharegroup_source.offset_reader import OffsetRangeReader, replay_consumer_config
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 
@@ -208,3 +211,19 @@ def test_a_broken_consumer_is_closed_at_once():
     broken = pool.take({"a": 1})
     pool.give_back({"a": 1}, broken, broken=True)
     assert broken.closed and pool.idle() == 0 and pool.take({"a": 1}) is not broken
+
+
+def test_a_forked_child_neither_uses_nor_frees_the_parents_consumers(kafka: KafkaUnderTest):
+    """Spark starts its JVM with subprocess: the child, between fork and exec, runs the pool's fork hook. Freeing
+    the parent's consumers there destroyed them in a process without their threads (a segmentation fault)."""
+    pool = consumer_pool.consumer_pool()
+    config = replay_consumer_config(kafka.config())
+    pool.give_back(config, pool.take(config))
+    assert pool.idle() >= 1, "the parent holds an idle consumer when it forks"
+    child = os.fork()
+    if child == 0:  # the fork hook ran; a child that frees the consumers dies here
+        gc.collect()
+        os._exit(0 if consumer_pool.consumer_pool().idle() == 0 else 3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the child ended with {os.waitstatus_to_exitcode(status)}"
+    assert pool.idle() >= 1, "the parent keeps its consumers"

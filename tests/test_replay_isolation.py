@@ -52,7 +52,7 @@ def open_transaction(kafka: KafkaUnderTest) -> Iterator[tuple[str, list[int]]]:
 def test_replay_returns_records_of_an_open_transaction(kafka: KafkaUnderTest, open_transaction):
     topic, offsets = open_transaction
     options = _options(kafka, topic)
-    part = ReplayPartition(epoch=1, records=OffsetRange.of(topic, 0, [(offset, 1) for offset in offsets]),
+    part = ReplayPartition(epoch=1, ranges=(OffsetRange.of(topic, 0, [(offset, 1) for offset in offsets]),),
                            include_headers=False, fail_on_data_loss=True, client_config=options.replay_config)
     table = next(read_partition(part)).to_pydict()  # a DataLossError here: the replay read committed only
     assert table["offset"] == offsets and table["value"] == RECORDS

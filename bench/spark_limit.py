@@ -118,7 +118,7 @@ class InMemoryBatches(DataSource):
 def spark_batch_cost(spark: SparkSession, rows_per_batch: int, tasks: int, batches: int, work: Path,
                      timeout_s: float = 120.0) -> dict[str, Any]:
     """Spark's own cost of ``batches`` micro-batches of ``rows_per_batch`` rows in ``tasks`` tasks into noop,
-    with the sharegroup query's trigger (processingTime 0); p50 over batches 2..n."""
+    with the sharegroup query's trigger (processingTime 0); p50 over batches 2..n-1."""
     spark.dataSource.register(InMemoryBatches)
     frame = (spark.readStream.format(FORMAT).option("rowsPerBatch", str(rows_per_batch))
              .option("tasks", str(tasks)).load())

@@ -9,7 +9,7 @@ SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records
 ``broker`` (format("sharegroup") with its default options into noop: one poll per batch, sized by the
 share-partitions' in-flight windows), ``broker_tuned`` (the broker coordinator at its best options for
 throughput: maxRecordsPerPartition = ceil(partitions x 2,000 / cores), one task per core per batch),
-``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 25,000) and
+``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 50,000, the source's default) and
 ``spark_kafka`` (Spark's format("kafka"), maxOffsetsPerTrigger 100,000); medians of 3 interleaved
 rounds (round r runs every consumer at every partition count before round r+1). Beside them the
 per-partition limit, a physical limit measured in the same rounds: partitions x lock limit /

@@ -7,10 +7,11 @@ SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records
 2, 4, 8 and 16 partitions for five consumers of the same topic, each on a fresh group or checkpoint:
 ``plain`` (the plain confluent-kafka ShareConsumer loop, max.poll.records = partitions x 10,000),
 ``broker`` (format("sharegroup") with its default options into noop: one poll per batch, sized by the
-share-partitions' in-flight windows), ``broker_tuned`` (the broker coordinator at its best options for
-throughput: maxRecordsPerPartition = ceil(partitions x 2,000 / cores), one task per core per batch),
-``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 50,000, the source's default) and
-``spark_kafka`` (Spark's format("kafka"), maxOffsetsPerTrigger 100,000); medians of 3 interleaved
+share-partitions' in-flight windows), ``broker_tuned`` (the broker coordinator with the README's recommended
+checkpointLocation and one task per batch however many records the windows hold),
+``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 25,000) and
+``spark_kafka`` (Spark's format("kafka"), maxOffsetsPerTrigger 100,000), plus Kafka's own share consumer
+perf tool (the Java client) as a second plain yardstick; medians of 3 interleaved
 rounds (round r runs every consumer at every partition count before round r+1). Beside them the
 per-partition limit, a physical limit measured in the same rounds: partitions x lock limit /
 (ShareFetch time + Spark's own batch time at that batch size), ShareFetch time = the batch / the plain

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 
-.PHONY: demo demo-kafka test lint bench soak broker kafka jars clean
+.PHONY: demo demo-kafka test check lint bench soak broker kafka jars clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -40,6 +40,14 @@ test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# the inner loop, under 5 minutes: lint, types, unit tests and one end-to-end stream, on the embedded broker only
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	SHAREGROUP_TEST_KAFKA=embedded $(BIN)/python -m pytest -q tests/test_options.py tests/test_schema.py \
+		tests/test_state_share_partition.py tests/test_acknowledger.py tests/test_batch_size.py \
+		tests/test_redaction.py "tests/test_source.py::test_every_record_exactly_once_into_a_file_sink"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

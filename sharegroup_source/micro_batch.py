@@ -494,10 +494,11 @@ def task_cuts(weights: np.ndarray, max_records: int, max_bytes: int) -> list[int
 def replay_partitions(entry: LedgerEntry, options: SourceOptions) -> list[ReplayPartition]:
     """A ledgered epoch's tasks, offset ranges only: pieces of at most maxRecordsPerPartition records, packed in
     order into tasks of at most that many records (one task may read several Kafka partitions)."""
+    most = options.max_records_per_partition
     tasks: list[list[OffsetRange]] = []
-    held = options.max_records_per_partition
-    for piece in (piece for r in entry.ranges for piece in r.split(options.max_records_per_partition)):
-        if held + piece.record_count > options.max_records_per_partition:
+    held = 0
+    for piece in (piece for r in entry.ranges for piece in r.split(most)):
+        if not tasks or held + piece.record_count > most:
             tasks.append([])
             held = 0
         tasks[-1].append(piece)

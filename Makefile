@@ -8,16 +8,58 @@ STAMP := $(VENV)/.installed
 JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 
-.PHONY: demo demo-kafka test check lint bench soak broker kafka jars clean
+# Spark discovers format("sharegroup") by listing top-level pyspark_* modules (pkgutil), which an
+# editable install's import hook does not show: a .pth line puts the checkout itself on sys.path.
+# (setuptools' default editable mode, plus this line; its editable_mode=compat is announced to go.)
+DEV_PTH := sharegroup-source-checkout.pth
+define dev_install
+	$(1)/pip install --quiet --upgrade pip
+	$(1)/pip install --quiet -e '.[$(2)]' $(3)
+	$(1)/python -c "import sysconfig; open(sysconfig.get_paths()['purelib'] + '/$(DEV_PTH)', 'w').write('$(CURDIR)\n')"
+endef
+
+# The compatibility slice: every other supported Spark minor, each in its own venv under .venv/compat, with the
+# Python its runtimes ship (4.0: Databricks Runtime 17.3 LTS's 3.12; 4.1: Spark's own images' 3.10, so the slice
+# also covers Python 3.10; 4.3: 3.13, the newest), tests marked `compat` on Apache Kafka.
+COMPAT_SPARKS := 4.0.5 4.1.4 4.3.0
+COMPAT_PYTHON_4.0 := 3.12
+COMPAT_PYTHON_4.1 := 3.10
+COMPAT_PYTHON_4.3 := 3.13
+COMPAT := $(VENV)/compat
+COMPAT_TESTS := tests/test_compat.py tests/test_spark_connect.py
+
+.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
 	@command -v java >/dev/null || { echo "java not found: Spark needs Java 17"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	# compat mode keeps pyspark_sharegroup.py visible to Spark's pkgutil-based discovery
-	$(BIN)/pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(call dev_install,$(BIN),test)
 	touch $(STAMP)
+
+# one venv per Spark version: `basename` of 4.0.5 is 4.0, the minor that picks the Python
+$(COMPAT)/spark-%/.installed: setup.py
+	@py=$$(python$(COMPAT_PYTHON_$(basename $*)) -V >/dev/null 2>&1 \
+		&& echo python$(COMPAT_PYTHON_$(basename $*)) || ls $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(COMPAT_PYTHON_$(basename $*)).*/bin/python$(COMPAT_PYTHON_$(basename $*)) 2>/dev/null | tail -1); \
+		test -n "$$py" || { echo "python$(COMPAT_PYTHON_$(basename $*)) not found: the Spark $* slice runs on it"; exit 1; }; \
+		test -x $(COMPAT)/spark-$*/bin/python || $$py -m venv $(COMPAT)/spark-$*
+	$(call dev_install,$(COMPAT)/spark-$*/bin,compat-test,'pyspark[connect]==$*')
+	touch $@
+
+compat: $(JARS) $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/.installed)
+	@for v in $(COMPAT_SPARKS); do \
+		echo "== compatibility slice: Spark $$v, $$($(COMPAT)/spark-$$v/bin/python -V)"; \
+		start=$$(date +%s); \
+		SHAREGROUP_TEST_KAFKA=apache $(COMPAT)/spark-$$v/bin/python -m pytest -p no:cacheprovider -q -m compat \
+			$(COMPAT_TESTS) || exit 1; \
+		echo "== Spark $$v: slice took $$(( $$(date +%s) - start )) s"; \
+	done
+
+# the wheel the README's Databricks and spark-submit recipes install: dist/sharegroup_source-<version>-py3-none-any.whl
+wheel: $(STAMP)
+	rm -rf build/lib
+	$(BIN)/pip wheel --quiet --no-deps -w dist .
+	@ls dist/sharegroup_source-*.whl
 
 $(JARS): jvm/pom.xml
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3.8+ (it resolves the JVM jars in jvm/pom.xml)"; exit 1; }
@@ -40,6 +82,7 @@ test: $(STAMP) $(JARS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+	$(MAKE) compat
 
 # the inner loop, under 5 minutes: lint, types, unit tests and one end-to-end stream, on the embedded broker only
 check: $(STAMP)

@@ -11,12 +11,20 @@ setup(
     long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
+    classifiers=[
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+    ],
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
     # Spark's quiet logging for the local sessions of sharegroup_source.testing (and conf/spark-defaults.conf)
     package_data={"sharegroup_source": ["conf/log4j2.properties"]},
+    # No pyspark: Databricks and spark-submit bring their own Spark, and a pyspark from an index would
+    # shadow it. `import sharegroup_source.source` checks the running Spark (sharegroup_source.check_spark);
+    # the `spark` extra brings one for local use.
     install_requires=[
-        "pyspark>=4.2,<5",
         "confluent-kafka>=2.16,<3",
         "deltalake>=1.6,<2",
         "pyarrow>=15,<30",
@@ -24,6 +32,10 @@ setup(
         "numpy>=1.26,<3",
     ],
     extras_require={
+        # a local Spark: 4.0 to 4.3 are supported (4.0, 4.1: with the source option checkpointLocation)
+        "spark": ["pyspark>=4.0,<5"],
+        # Spark Connect's client (SparkSession.builder.remote): pyspark's own connect extra
+        "connect": ["pyspark[connect]>=4.0,<5"],
         "test": [
             "pytest>=8,<10",
             "pytest-timeout>=2.3,<3",
@@ -40,10 +52,13 @@ setup(
             "wheel>=0.40",
             # The Spark the suite runs: 4.2.0, the newest one Delta ships jars for (delta-spark_4.2_2.13
             # 4.4.0 in jvm/pom.xml; delta-spark 4.4 on PyPI caps pyspark at 4.2.0).
-            "pyspark==4.2.0",
+            # [connect]: tests/test_spark_connect.py runs the source through a Spark Connect session
+            "pyspark[connect]==4.2.0",
             "delta-spark==4.4.0",
         ],
         "delta-spark": ["delta-spark==4.4.0"],
+        # the compatibility slice's venvs (make compat): pytest only; the Makefile adds pyspark[connect]==<version>
+        "compat-test": ["pytest>=8,<10", "pytest-timeout>=2.3,<3", "psutil>=5.9,<8"],
     },
     entry_points={"console_scripts": ["sharegroup=sharegroup_source.cli:main"]},
 )

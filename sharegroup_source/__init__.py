@@ -10,7 +10,13 @@ The connector's exceptions (``sharegroup_source.errors``) are importable from he
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# delta-rs logs from Rust at WARN unless RUST_LOG says otherwise, read once when deltalake loads: on an s3://
+# location without a region or credentials the AWS SDK warns three times (IMDS lookups) before the store's own
+# error, which the connector reports as one line (locations.py). A user's RUST_LOG wins.
+os.environ.setdefault("RUST_LOG", "warn,aws_config=error")
 
 from sharegroup_source.errors import (
     ClusterError,
@@ -28,7 +34,41 @@ if TYPE_CHECKING:
     from sharegroup_source.coordinators.delta import DeltaShareConsumer
 
 __all__ = ["ClusterError", "DataLossError", "DeltaShareConsumer", "FencedError", "OptionError", "OutcomeError",
-           "StateMismatchError", "StateStoreError", "acknowledge", "register"]
+           "SparkVersionError", "StateMismatchError", "StateStoreError", "acknowledge", "check_spark", "register"]
+
+#: The first Spark whose Python data sources can stream (``DataSourceStreamReader``).
+MIN_SPARK = (4, 0)
+
+
+class SparkVersionError(ImportError):
+    """The running Spark (or its absence) cannot host the source; the message names what was found and what is needed.
+
+    An ImportError, so that importing the source on such a Spark fails the way a missing module does.
+    """
+
+
+def check_spark(version: str | None = None) -> str:
+    """The running Spark's version, checked: ``version`` (a session's ``spark.version``) or pyspark's own.
+
+    pyspark is no install requirement (Databricks and spark-submit bring their own Spark, and a
+    second one from an index would shadow it), so the check happens here, where Spark is used.
+    """
+    if version is None:
+        try:
+            import pyspark
+        except ImportError as error:
+            raise SparkVersionError("sharegroup-source needs Spark 4.0 or newer and found no pyspark: install "
+                                    "'sharegroup-source[spark]' for a local Spark, or run where Spark is provided") \
+                from error
+        version = str(pyspark.__version__)
+    try:
+        found = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return version  # a vendor's version string: let Spark's own API decide
+    if found < MIN_SPARK:
+        raise SparkVersionError(f"sharegroup-source needs Spark 4.0 or newer (Python streaming data sources); this is "
+                                f"Spark {version}")
+    return version
 
 
 def register(spark: SparkSession) -> None:
@@ -38,6 +78,7 @@ def register(spark: SparkSession) -> None:
     install (Spark lists the ``pyspark_*`` modules once per session) or a package only on
     ``sys.path``. A session that already has the format keeps the one it has.
     """
+    check_spark(spark.version)
     from sharegroup_source.source import ShareGroupDataSource
 
     if not _has_format(spark, ShareGroupDataSource.name()):

@@ -31,7 +31,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.redaction import redact_location
-from state_store.storage_errors import storage_problem
+from state_store.storage_errors import storage_detail, storage_problem
 
 if TYPE_CHECKING:  # options resolves its locations here
     from sharegroup_source.options import SourceOptions
@@ -103,7 +103,7 @@ def check_location(option: str, location: str, storage_options: Mapping[str, str
         return  # reachable; the first write creates the table
     except (OSError, ValueError, RuntimeError) as exc:
         problem = storage_problem(exc) or "it cannot be opened"
-        detail = _first_line(exc).replace(location, shown)
+        detail = storage_detail(exc).replace(location, shown)
         raise OptionError(f"option '{option}': {shown}: {problem} ({detail})") from None
 
 
@@ -135,7 +135,3 @@ def _local_path(location: str) -> str | None:
     parsed = urlparse(location)
     return parsed.path if parsed.scheme.lower() == "file" else None
 
-
-def _first_line(exc: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

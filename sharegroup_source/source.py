@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.types import StructType
+from sharegroup_source import check_spark
 
-from sharegroup_source.options import SourceOptions
-from sharegroup_source.schema import spark_schema
-from sharegroup_source.stream_reader import ShareGroupStreamReader
+# before pyspark.sql.datasource, which a Spark without Python data sources (3.5) lacks: one line naming the versions
+SPARK_VERSION = check_spark()
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
+
+from sharegroup_source.errors import OptionError  # noqa: E402
+from sharegroup_source.options import SourceOptions  # noqa: E402
+from sharegroup_source.schema import spark_schema  # noqa: E402
+from sharegroup_source.stream_reader import ADMISSION_CONTROL, reader_class  # noqa: E402
 
 __all__ = ["ShareGroupDataSource"]
 
@@ -22,6 +28,12 @@ class ShareGroupDataSource(DataSource):
     def __init__(self, options: dict[str, str]):
         super().__init__(options)
         self._parsed = SourceOptions.parse(options)
+        if not ADMISSION_CONTROL and self._parsed.checkpoint_location is None:
+            # Spark 4.0/4.1 do not tell the source where a batch starts; the checkpoint does (stream_reader.py)
+            raise OptionError(
+                f"option 'checkpointLocation' is required on Spark {SPARK_VERSION}: Spark before 4.2 does not tell a "
+                "Python source where a batch starts, so the source reads it from the query's checkpoint. Set it to "
+                "the checkpointLocation the query writes with")
 
     @classmethod
     def name(cls) -> str:
@@ -31,7 +43,7 @@ class ShareGroupDataSource(DataSource):
         return spark_schema(self._parsed.include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ShareGroupStreamReader(self._parsed)
+        return reader_class()(self._parsed)
 
     def __repr__(self) -> str:
         return f"ShareGroupDataSource({self._parsed!r})"

@@ -2,25 +2,56 @@
 
 Spark also instantiates this class in planning workers only to ship ``read`` to executors,
 so construction does no I/O: the driver-side member is created on the first driver call.
+
+Two readers, one per kind of Spark: from 4.2 Spark gives Python sources admission control
+(``latestOffset(start, limit)``) and ``SupportsTriggerAvailableNow``
+(``pyspark.sql.streaming.datasource``). Spark 4.0 and 4.1 call ``latestOffset()`` with nothing,
+so :class:`CheckpointStartReader` learns where the next batch starts from the query's
+checkpoint and bounds batches with its own options.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pyarrow import fs
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+else:
+    try:
+        from pyspark.sql.streaming.datasource import (
+            ReadAllAvailable,
+            ReadLimit,
+            ReadMaxRows,
+            SupportsTriggerAvailableNow,
+        )
+
+        ADMISSION_CONTROL = True
+    except ImportError:  # Spark 4.0 and 4.1: Python sources get neither admission control nor AvailableNow
+        ADMISSION_CONTROL = False
+
+from sharegroup_source.commit_log import CommitLog
 from sharegroup_source.coordinators.base import has_not_joined
 from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import read_partition
 
-__all__ = ["ShareGroupStreamReader"]
+__all__ = ["ADMISSION_CONTROL", "CheckpointStartReader", "ShareGroupStreamReader", "reader_class"]
 
 
 class _Termination:
@@ -85,7 +116,9 @@ def _stopped() -> None:
         _TERM.stopping = False  # the handler stays: the next SIGTERM stops whatever runs then
 
 
-class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class _ReaderBase(DataSourceStreamReader):
+    """What both readers share: the driver, partitions, reads, commits and the orderly stop."""
+
     def __init__(self, options: SourceOptions):
         self._options = options
         self._driver: MicroBatchDriver | None = None
@@ -115,18 +148,6 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict:
         return self.driver.initial_offset()
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self._options.max_records_per_trigger is not None:
-            return ReadMaxRows(self._options.max_records_per_trigger)
-        return ReadAllAvailable()
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self.driver.latest_offset(start, max_records)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.driver.prepare_available_now()
-
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return self.driver.plan(start, end)
 
@@ -145,3 +166,90 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 self._driver = None
                 _stopped()
 
+
+
+if ADMISSION_CONTROL:
+    class ShareGroupStreamReader(_ReaderBase, SupportsTriggerAvailableNow):
+        """Spark 4.2+: Spark passes each batch's start and read limit, and runs AvailableNow through us."""
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            if self._options.max_records_per_trigger is not None:
+                return ReadMaxRows(self._options.max_records_per_trigger)
+            return ReadAllAvailable()
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            return self.driver.latest_offset(start, max_records)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            self.driver.prepare_available_now()
+
+
+class CheckpointStartReader(_ReaderBase):
+    """Spark 4.0 and 4.1: ``latestOffset()`` is told neither where the batch starts nor how much to read.
+
+    The start decides which epochs are acknowledged, so it cannot be guessed from the ledger
+    (an epoch ledgered before a crash may or may not be in Spark's offset log). Spark calls
+    ``latestOffset()`` only once every batch of its offset log is committed, so the start is
+    this source's offset in the newest ``offsets/N`` of the query's checkpoint (the source
+    option ``checkpointLocation``, required on these Spark versions). The one exception is
+    Spark's AvailableNow wrapper, which asks once, before it re-runs an uncommitted batch: then
+    that batch is the whole run, and nothing is settled or acquired. The batch's size comes
+    from ``maxRecordsPerTrigger`` (else what the group's windows hold), and an AvailableNow run
+    is one batch: the wrapper asks for one offset and runs up to it. Whatever that batch did
+    not take stays in the queue for the next run.
+    """
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        if options.checkpoint_location is None:
+            raise ValueError("checkpointLocation is required on this Spark")
+        self._offsets = OffsetLog(options.checkpoint_location)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_offsets": None}
+
+    def latestOffset(self) -> dict:  # type: ignore[override]  # Spark 4.0/4.1's signature
+        newest, committed = self._offsets.newest()
+        if newest is not None and not committed:
+            return newest  # Spark re-runs this batch first; settling it now would acknowledge unprocessed records
+        start = newest if newest is not None else self.driver.initial_offset()
+        return self.driver.latest_offset(start, self._options.max_records_per_trigger)
+
+
+class OffsetLog(CommitLog):
+    """The checkpoint's ``offsets/`` as this source wrote it: its offset in the newest batch."""
+
+    def newest(self) -> tuple[dict | None, bool]:
+        """(this source's offset in the newest ``offsets/N`` or None, whether ``commits/N`` exists).
+
+        A batch without an offset of ours (a union whose other source had data first) counts as
+        none: the first batch of ours starts at the initial offset.
+        """
+        batches = self._batches("offsets")
+        if not batches:
+            return None, False
+        batch = max(batches)
+        with self._fs.open_input_stream(f"{self._root}/offsets/{batch}") as stream:
+            lines = stream.read().decode().splitlines()[2:]
+        ours = [offset for offset in map(_parsed, lines) if isinstance(offset, dict) and EpochOffset.is_ours(offset)]
+        if len(ours) > 1:
+            raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: on this Spark "
+                             "a query reads one")
+        return (ours[0] if ours else None), batch in self._batches("commits")
+
+    def _batches(self, folder: str) -> set[int]:
+        infos = self._fs.get_file_info(fs.FileSelector(f"{self._root}/{folder}", allow_not_found=True))
+        return {int(i.base_name) for i in infos if i.type == fs.FileType.File and i.base_name.isdigit()}
+
+
+def _parsed(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None  # "-": a source without an offset in this batch
+
+
+def reader_class() -> type[_ReaderBase]:
+    """The reader for the running Spark."""
+    return ShareGroupStreamReader if ADMISSION_CONTROL else CheckpointStartReader

@@ -8,7 +8,9 @@ storage options; these phrases tell the two causes apart so the message can say 
 
 from __future__ import annotations
 
-__all__ = ["ACCESS_DENIED", "UNREACHABLE", "storage_problem"]
+import re
+
+__all__ = ["ACCESS_DENIED", "UNREACHABLE", "storage_detail", "storage_problem"]
 
 ACCESS_DENIED = "access denied or no credentials: check the storage options (stateStorage.*)"
 UNREACHABLE = "the store cannot be reached: check its address and the storage options (stateStorage.*)"
@@ -33,3 +35,25 @@ def storage_problem(exc: BaseException) -> str | None:
     if any(phrase in text for phrase in _UNREACHABLE_PHRASES):
         return UNREACHABLE
     return None
+
+
+#: delta-kernel's first line for a store it could not open, whatever the cause: the cause is further down.
+_GENERIC_FIRST_LINE = "kernel error -> operation not supported"
+
+
+def storage_detail(exc: BaseException) -> str:
+    """The one line of a store's error worth showing beside :func:`storage_problem`'s words.
+
+    Its first line, unless that is delta-kernel's generic one: an S3 location without credentials
+    says "Operation not supported" first and "no credentials found in chain" below, as a tree.
+    """
+    lines = [re.sub(r"\x1b\[[0-9;]*m|↳", "", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].lower() == _GENERIC_FIRST_LINE:
+        for line in lines[1:]:
+            if "no credentials found" in line.lower():
+                return "no credentials found in the store's credential chain"
+        return lines[-1]
+    return lines[0]

@@ -1,0 +1,142 @@
+"""The compatibility slice of ``make test``: what must hold on every supported Spark minor (4.0 to 4.3).
+
+``make test`` runs this file and tests/test_spark_connect.py (``-m compat``) in one venv per other
+Spark minor, on Apache Kafka. Spark before 4.2 calls a Python source's ``latestOffset()`` without
+a start or a read limit and runs Trigger.AvailableNow through its own wrapper (one offset, asked
+once), so these tests use what works on both kinds of Spark: ``checkpointLocation`` (which the
+source needs there) and processing-time triggers that stop once the sink has every record,
+except the AvailableNow test, which runs AvailableNow until everything arrived.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+from pyspark.errors.exceptions.captured import StreamingQueryException
+
+import sharegroup_source
+from sharegroup_source.stream_reader import ADMISSION_CONTROL
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from state_store import StateStore
+from tests.streams import StreamSetup
+from tests.test_delta_coordinator import DeltaSetup
+from tests.test_outcomes import _orders, is_json
+from tests.test_source import _assert_exactly_once
+
+pytestmark = [pytest.mark.spark, pytest.mark.compat]
+
+COORDINATORS = ["broker", "delta"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _say_which_spark():
+    """The slice's output names the Spark and the reader it ran (stream_reader.py has two)."""
+    reader = "admission control" if ADMISSION_CONTROL else "start from the checkpoint (before 4.2)"
+    print(f"\nSpark {pyspark.__version__}: {reader}")
+
+
+def _setup(kafka: KafkaUnderTest, tmp_path: Path, coordinator: str, partitions: int) -> StreamSetup:
+    if coordinator == "delta":
+        return DeltaSetup(kafka, kafka.new_topic(partitions), f"g-{tmp_path.name[-20:]}", tmp_path)
+    return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(), tmp_path)
+
+
+def _left_in_group(setup: StreamSetup) -> list:
+    """What the group still holds for someone: in-flight batches (delta) or records a fresh member gets (broker)."""
+    if isinstance(setup, DeltaSetup):
+        return [batch for batches in setup.in_flight().values() for batch in batches]
+    return setup.leftovers_for_a_fresh_member()
+
+
+def _run_until_complete(spark, setup: StreamSetup, count: int, query) -> None:
+    """Wait until the sink has ``count`` rows and every epoch is acknowledged, then stop the query."""
+    try:
+        wait_for(lambda: len(setup.sink_rows(spark)) >= count and setup.every_epoch_acked(), 240,
+                 f"{count} rows in the sink and every epoch acknowledged", state=lambda: setup.describe(spark))
+    finally:
+        query.stop()
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("coordinator", COORDINATORS)
+def test_exactly_once_across_a_failed_batch_and_a_restart(spark, kafka, tmp_path, coordinator):
+    setup = _setup(kafka, tmp_path, coordinator, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 600, 2)
+    failed_once = threading.Event()
+
+    def fail_on_batch_2(_frame, batch_id: int) -> None:
+        if batch_id == 2 and not failed_once.is_set():
+            failed_once.set()
+            raise RuntimeError("sink down")
+
+    options = {"maxRecordsPerTrigger": 100, "checkpointLocation": str(setup.checkpoint)}
+    first = setup.batch_sink(spark, fail_on_batch_2, available_now=False, **options)
+    with pytest.raises(StreamingQueryException, match="sink down"):
+        first.awaitTermination(120)
+    second = setup.batch_sink(spark, fail_on_batch_2, available_now=False, **options)
+    _run_until_complete(spark, setup, len(produced), second)
+    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert _left_in_group(setup) == []
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("coordinator", COORDINATORS)
+def test_available_now_runs_under_live_production_lose_nothing(spark, kafka, tmp_path, coordinator):
+    """Runs of AvailableNow while a producer writes: every record reaches exactly one run.
+
+    On Spark 4.2+ a run reads what was in the log when it started; before 4.2 Spark's wrapper
+    asks for one offset, so a run is one batch. Either way the records a run did not take wait in
+    the group for the next run, and none of them spends its delivery attempts meanwhile.
+    """
+    setup = _setup(kafka, tmp_path, coordinator, partitions=3)
+    produced = kafka.produce_numbered(setup.topic, 600, 3)
+    during: set[tuple[int, bytes]] = set()
+
+    def keep_producing() -> None:  # once the first run wrote its first batch: 600 more, 50 at a time
+        wait_for(lambda: any(setup.sink.glob("batch=*/_SUCCESS")), 120, "the first run's first batch")
+        for burst in range(12):
+            during.update(kafka.produce_numbered(setup.topic, 50, 3, first=600 + 50 * burst))
+            time.sleep(0.05)  # pacing, not synchronisation: the writes spread over the run
+
+    producer = threading.Thread(target=keep_producing)
+    producer.start()
+    runs = 0
+    seen: set[tuple[int, bytes]] = set()
+    while runs == 0 or producer.is_alive() or (produced | during) - seen:
+        query = setup.batch_sink(spark, maxRecordsPerTrigger=400, checkpointLocation=str(setup.checkpoint))
+        query.awaitTermination(180)
+        assert not query.isActive and query.exception() is None, f"run {runs + 1} did not end cleanly in 180 s"
+        runs += 1
+        seen = {(p, v) for p, v, _ in setup.sink_rows(spark)}
+        assert runs <= 12, f"{runs} runs and {len((produced | during) - seen)} records still missing"
+    producer.join()
+    rows = setup.sink_rows(spark)
+    _assert_exactly_once(rows, produced | during)
+    assert max(count for _, _, count in rows) <= 2, "a record was delivered more than twice"
+    assert setup.progress()["dead_lettered"] == 0
+    assert _left_in_group(setup) == []
+
+
+@pytest.mark.timing
+def test_rejected_records_go_to_dead_letters_from_foreach_batch(spark, kafka, tmp_path):
+    setup = _setup(kafka, tmp_path, "broker", partitions=2)
+    valid, invalid = _orders(kafka, setup, 600, 2)
+
+    def handle(batch, _batch_id):
+        checked = batch.withColumn("ok", is_json("value")).cache()
+        sharegroup_source.acknowledge(checked.filter("not ok"), "REJECT", "invalid JSON", options=setup.options())
+        return checked.filter("ok").drop("ok")
+
+    query = setup.batch_sink(spark, handle, available_now=False, maxRecordsPerTrigger=200,
+                             checkpointLocation=str(setup.checkpoint))
+    _run_until_complete(spark, setup, len(valid), query)
+    _assert_exactly_once(setup.sink_rows(spark), valid)
+    letters = StateStore(str(setup.state)).dead_letters.read().to_pylist()
+    assert collections.Counter((r["partition"], r["value"], r["reason"]) for r in letters) == \
+        collections.Counter((p, v, "invalid JSON") for p, v in invalid)
+    assert _left_in_group(setup) == []

@@ -10,18 +10,30 @@ Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C
     sharegroup delete-offsets LOCATION --topic T
 
 describe, reset and delete share groups (sharegroup_source.admin); describing never joins one.
+Each takes --command-config FILE, Kafka client settings as Kafka's own tools take them (a Java
+properties file: security.protocol, sasl.jaas.config, ssl.truststore.location of a PEM file...,
+translated to librdkafka's names), where stateStorage.KEY lines and --storage-option KEY=VALUE
+give the state store's options for locations on object stores. Secrets are never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from typing import TextIO
 
-__all__ = ["main", "plain_text"]
+from sharegroup_source.errors import OptionError
+from sharegroup_source.redaction import REDACTED, is_secret
+
+__all__ = ["ClientSettings", "main", "plain_text", "read_command_config", "read_properties", "translate_java_settings"]
 
 
 def plain_text(doc: str | None) -> str:
@@ -81,6 +93,7 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     describe.add_argument("locations", nargs="+", metavar="LOCATION", help=_LOCATION_HELP)
     describe.add_argument("--bootstrap-servers", metavar="B", help=_SERVERS_HELP)
     describe.add_argument("--json", action="store_true", help="print a JSON list, one object per group")
+    _add_client_settings(describe)
     reset = commands.add_parser("reset-offsets", help="reset a coordinator=delta group's share-partitions (a dry "
                                 "run unless --execute); refused while a member holds records or was seen lately")
     reset.add_argument("location", metavar="LOCATION", help="the group's groupLocation")
@@ -94,10 +107,18 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
                        help="a topic, or some of its partitions (repeatable; default every share-partition)")
     reset.add_argument("--execute", action="store_true", help="commit the reset (default: print the plan only)")
     reset.add_argument("--bootstrap-servers", metavar="B", required=True, help=_SERVERS_HELP)
+    _add_client_settings(reset)
     delete = commands.add_parser("delete-offsets", help="remove a topic's share-partitions from a coordinator=delta "
                                  "group; refused while a member holds records or was seen lately")
     delete.add_argument("location", metavar="LOCATION", help="the group's groupLocation")
     delete.add_argument("--topic", required=True, metavar="T", help="the topic whose state the group forgets")
+    _add_client_settings(delete)
+
+
+def _add_client_settings(command: argparse.ArgumentParser) -> None:
+    """--command-config and --storage-option: what a group on a secured cluster or an object store needs."""
+    command.add_argument("--command-config", metavar="FILE", help=_CONFIG_HELP)
+    command.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", help=_STORAGE_HELP)
 
 
 def _datetime(text: str) -> datetime:
@@ -105,6 +126,256 @@ def _datetime(text: str) -> datetime:
         return datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 date and time") from None
+
+
+# -- --command-config and --storage-option: Kafka's tools' client settings, as librdkafka takes them ---------------
+_STORAGE_PREFIX = "statestorage."  # the source option stateStorage.*, any case
+_KAFKA_PREFIX = "kafka."
+_CONFIG_HELP = ("Kafka client settings in a Java properties file, as Kafka's own tools take them (security.protocol, "
+                "sasl.mechanism, sasl.jaas.config, ssl.truststore.location of a PEM file, client.id, ...), "
+                "translated to librdkafka's; stateStorage.KEY=VALUE lines are storage options. Values are never "
+                "printed")
+_STORAGE_HELP = ("a storage option for locations on object stores, as the source's stateStorage.KEY "
+                 "(repeatable; wins over the file's; prefer the file for credentials, which a command line shows "
+                 "to other users of the machine)")
+_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_KERBEROS = "com.sun.security.auth.module.Krb5LoginModule"
+#: Per login module, each option of sasl.jaas.config and the librdkafka setting it becomes (None: none needed).
+_JAAS_OPTIONS: dict[str, dict[str, str | None]] = {
+    _PLAIN: {"username": "sasl.username", "password": "sasl.password"},
+    _SCRAM: {"username": "sasl.username", "password": "sasl.password"},
+    _OAUTH: {"clientId": "sasl.oauthbearer.client.id", "clientSecret": "sasl.oauthbearer.client.secret",
+             "scope": "sasl.oauthbearer.scope"},
+    _KERBEROS: {"keyTab": "sasl.kerberos.keytab", "principal": "sasl.kerberos.principal",
+                "serviceName": "sasl.kerberos.service.name", "useKeyTab": None, "storeKey": None,
+                "doNotPrompt": None},
+}
+_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)\b(?P<options>.*?);?\s*$",
+                   re.S)
+_JAAS_OPTION = re.compile(r'\s*(?P<name>\w+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s";]+))', re.S)
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_BLANK = " \t\f"
+#: Storage option values that say nothing secret and would garble output if hidden everywhere.
+_PLAIN_VALUES = {"true", "false", "none", "null", "etag", "dynamodb"}
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What --command-config and --storage-option give an admin command: librdkafka settings and delta-rs
+    storage options. Both hold credentials, so neither is ever printed (the repr shows keys only)."""
+
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    storage: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"ClientSettings(kafka={sorted(self.kafka)}, storage={sorted(self.storage)}) (values redacted)"
+
+    def secrets(self) -> set[str]:
+        """Values that must appear in no output, whatever message carries them: every secret Kafka setting's,
+        and every storage option's (which ones are credentials depends on the store), bar plain words."""
+        values = {v for k, v in self.kafka.items() if is_secret(k)} | set(self.storage.values())
+        return {v for v in values if len(v) >= 4 and v.lower() not in _PLAIN_VALUES and not v.isdigit()}
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Entries of a Java properties file as ``java.util.Properties.load`` reads them: ``#`` and ``!``
+    comments, ``key=value``, ``key: value`` or ``key value``, a line ending in an odd number of
+    backslashes continued on the next, and the escapes (``\\uXXXX``, ``\\t``, ``\\=`` ...).
+    Kafka's tools read ``--command-config`` that way, and a ``sasl.jaas.config`` often spans lines."""
+    entries: dict[str, str] = {}
+    pending: str | None = None
+    for raw in text.splitlines():
+        line = raw.lstrip(_BLANK)
+        if pending is None and (not line or line[0] in "#!"):
+            continue
+        continued = (len(line) - len(line.rstrip("\\"))) % 2 == 1
+        pending = (pending or "") + (line[:-1] if continued else line)
+        if continued:
+            continue
+        key, value = _entry(pending)
+        entries[key] = value
+        pending = None
+    if pending is not None:
+        key, value = _entry(pending)
+        entries[key] = value
+    return entries
+
+
+def _entry(line: str) -> tuple[str, str]:
+    """A logical line as (key, value): the key ends at the first unescaped ``=``, ``:`` or blank."""
+    end = 0
+    while end < len(line) and line[end] not in "=:" + _BLANK:
+        end += 2 if line[end] == "\\" else 1
+    rest = line[end:].lstrip(_BLANK)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_BLANK)
+    return _unescape(line[:end]), _unescape(rest)
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else _ESCAPED.get(m[1], m[1]), text)
+
+
+def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -> ClientSettings:
+    """The settings of ``--command-config path`` (librdkafka's names) and ``--storage-option KEY=VALUE`` pairs.
+
+    An unreadable file, a Java-only setting librdkafka cannot take (a JKS store, say) or a value
+    librdkafka refuses is an OptionError naming the file and the setting, never its value."""
+    from sharegroup_source.options import _storage_options
+
+    entries: dict[str, str] = {}
+    if path is not None:
+        try:
+            entries = read_properties(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            raise OptionError(f"--command-config {path}: cannot read it: {getattr(error, 'strerror', None) or error}"
+                              ) from None
+    storage = _storage_options(entries)
+    for pair in storage_options:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise OptionError("--storage-option takes KEY=VALUE (what was given is not shown: it may be a secret)")
+        key = key.strip()
+        storage[key[len(_STORAGE_PREFIX):] if key.lower().startswith(_STORAGE_PREFIX) else key] = value
+    kafka = {(k[len(_KAFKA_PREFIX):] if k.lower().startswith(_KAFKA_PREFIX) else k): v
+             for k, v in entries.items() if not k.lower().startswith(_STORAGE_PREFIX)}
+    return ClientSettings(translate_java_settings(kafka, f"--command-config {path}") if kafka else {}, storage)
+
+
+def translate_java_settings(settings: Mapping[str, str], where: str = "the client settings") -> dict[str, str]:
+    """Kafka Java client settings as librdkafka takes them; librdkafka's own names pass unchanged.
+
+    ``sasl.jaas.config`` becomes ``sasl.username`` / ``sasl.password`` (PLAIN, SCRAM), the
+    OAUTHBEARER OIDC client settings or the Kerberos keytab and principal; a PEM truststore
+    ``ssl.ca.location``; a PKCS#12 keystore keeps its names, a PEM one becomes certificate and
+    key locations; an empty ``ssl.endpoint.identification.algorithm`` becomes ``none``. Anything
+    librdkafka cannot take (JKS stores, other login modules, unknown settings) is an OptionError
+    naming ``where`` and the setting; the result is checked by building a client, without connecting.
+    """
+    from sharegroup_source.kafka_clients import refuse_java_settings
+    from sharegroup_source.options import _check_kafka
+
+    rest = dict(settings)
+    out: dict[str, str] = {}
+    jaas = rest.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        module = _translate_jaas(jaas, out, where)
+        if module == _OAUTH:
+            out["sasl.oauthbearer.method"] = "oidc"
+            rest.pop("sasl.login.callback.handler.class", None)  # Java's OIDC handler: librdkafka's oidc method
+    origins = dict.fromkeys(out, "sasl.jaas.config")  # librdkafka's setting -> the file's, for messages
+    translated = set(out)
+    _translate_stores(rest, out, where)
+    origins.update({key: "ssl.truststore.location" if key == "ssl.ca.location" else "ssl.keystore.location"
+                    for key in set(out) - translated if key.endswith(".location")})
+    if rest.get("ssl.endpoint.identification.algorithm") == "":
+        rest["ssl.endpoint.identification.algorithm"] = "none"  # Java's "off"
+    out.update(rest)
+    try:
+        refuse_java_settings(out)
+        _check_kafka(out, out, None, share_consumer=False)
+    except OptionError as error:  # the source's wording names source options (kafka.X): name the file's settings
+        message = str(error).replace("option 'kafka.", f"{where}: setting '").replace("kafka.", "")
+        for target, source in origins.items():
+            message = message.replace(f"setting '{target}'", f"setting '{source}' (librdkafka's {target})")
+        raise OptionError(message) from None
+    return out
+
+
+def _translate_jaas(jaas: str, out: dict[str, str], where: str) -> str:
+    """A JAAS login module line as librdkafka settings; returns the module. Values are never quoted back."""
+    match = _JAAS.match(jaas)
+    if match is None:
+        raise OptionError(f"{where}: setting 'sasl.jaas.config' is not one login module line "
+                          "(<LoginModule class> required name=\"value\" ...;); its value is not shown")
+    module, options = match["module"], match["options"]
+    known = _JAAS_OPTIONS.get(module)
+    if known is None:
+        raise OptionError(f"{where}: setting 'sasl.jaas.config' uses the login module {module}, which librdkafka "
+                          f"has no equivalent of; supported: {', '.join(sorted(_JAAS_OPTIONS))}")
+    at = 0
+    for option in _JAAS_OPTION.finditer(options):
+        if options[at:option.start()].strip():
+            break
+        at = option.end()
+        name = option["name"]
+        if name not in known:
+            raise OptionError(f"{where}: setting 'sasl.jaas.config': option {name} of {module} has no librdkafka "
+                              f"equivalent; supported: {', '.join(known)}")
+        setting = known[name]
+        if setting is not None:
+            out[setting] = _unescape(option["quoted"]) if option["quoted"] is not None else option["bare"]
+    if options[at:].strip():
+        raise OptionError(f"{where}: setting 'sasl.jaas.config' has text after its options that is not "
+                          "name=\"value\" (its value is not shown)")
+    return module
+
+
+def _translate_stores(rest: dict[str, str], out: dict[str, str], where: str) -> None:
+    """Java's trust and key stores as librdkafka's PEM and PKCS#12 settings; JKS is refused, naming the setting."""
+    trust_type = rest.pop("ssl.truststore.type", None)
+    trust = rest.pop("ssl.truststore.location", None)
+    trust_password = rest.pop("ssl.truststore.password", None)
+    if "ssl.truststore.certificates" in rest:
+        out["ssl.ca.pem"] = rest.pop("ssl.truststore.certificates")
+    if trust is not None:
+        kind = (trust_type or ("PEM" if trust.lower().endswith((".pem", ".crt", ".cer")) else "JKS")).upper()
+        if kind != "PEM":
+            raise OptionError(
+                f"{where}: setting 'ssl.truststore.location' is a {kind} truststore (ssl.truststore.type "
+                f"{'=' + kind if trust_type else 'unset: JKS'}), which librdkafka cannot read: export its CA "
+                "certificate as PEM (keytool -exportcert -rfc -keystore truststore.jks -alias <ca> -file ca.pem) and "
+                "set ssl.truststore.type=PEM with ssl.truststore.location=ca.pem (Kafka's tools read that too), or "
+                "librdkafka's ssl.ca.location=ca.pem")
+        out["ssl.ca.location"] = trust  # a PEM truststore has no password: trust_password is not needed
+    del trust_password
+    key_type = rest.pop("ssl.keystore.type", None)
+    keystore = rest.pop("ssl.keystore.location", None)
+    key_password = rest.pop("ssl.keystore.password", None)
+    if "ssl.keystore.certificate.chain" in rest:
+        out["ssl.certificate.pem"] = rest.pop("ssl.keystore.certificate.chain")
+    if "ssl.keystore.key" in rest:
+        out["ssl.key.pem"] = rest.pop("ssl.keystore.key")
+    if keystore is None:
+        return
+    kind = (key_type or ("PKCS12" if keystore.lower().endswith((".p12", ".pfx")) else
+                         "PEM" if keystore.lower().endswith(".pem") else "JKS")).upper()
+    if kind == "PKCS12":
+        out["ssl.keystore.location"] = keystore
+        if key_password is not None:
+            out["ssl.keystore.password"] = key_password
+    elif kind == "PEM":  # one file with the certificate chain and the private key (ssl.key.password decrypts it)
+        out["ssl.certificate.location"] = keystore
+        out["ssl.key.location"] = keystore
+    else:
+        raise OptionError(
+            f"{where}: setting 'ssl.keystore.location' is a {kind} keystore, which librdkafka cannot read: convert "
+            "it to PKCS#12 (keytool -importkeystore -srckeystore keystore.jks -destkeystore client.p12 "
+            "-deststoretype PKCS12) and set ssl.keystore.type=PKCS12, or give PEM files (ssl.certificate.location, "
+            "ssl.key.location)")
+
+
+class _Scrubbed:
+    """A text stream that writes everything but the secrets: the last guard of 'never printed', whatever
+    message (a store's, a client's) carries a credential."""
+
+    def __init__(self, target: TextIO, secrets: set[str]):
+        self._target = target
+        self._secrets = sorted(secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
+
+    def write(self, text: str) -> int:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return self._target.write(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._target, name)
 
 
 def _admin(args: argparse.Namespace) -> int:
@@ -115,17 +386,26 @@ def _admin(args: argparse.Namespace) -> int:
 
     handlers = {"describe": _describe, "reset-offsets": _reset_offsets, "delete-offsets": _delete_offsets}
     try:
-        return handlers[args.command](args)
-    except (GroupNotEmptyError, ClusterError, StateStoreError, ValueError) as error:
+        args.settings = read_command_config(args.command_config, args.storage_option)
+    except ValueError as error:
         print(f"sharegroup: error: {error}", file=sys.stderr)
         return 1
+    secrets = args.settings.secrets()
+    out, err = _Scrubbed(sys.stdout, secrets), _Scrubbed(sys.stderr, secrets)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            return handlers[args.command](args)
+        except (GroupNotEmptyError, ClusterError, StateStoreError, ValueError) as error:
+            print(f"sharegroup: error: {error}", file=sys.stderr)
+            return 1
 
 
 def _describe(args: argparse.Namespace) -> int:
     """Every group described is printed; each that failed gets one line on stderr and the exit status 1."""
     from sharegroup_source.admin import describe_groups, describe_table
 
-    descriptions = describe_groups(args.locations, bootstrap_servers=args.bootstrap_servers)
+    descriptions = describe_groups(args.locations, bootstrap_servers=args.bootstrap_servers,
+                                   kafka_config=args.settings.kafka, storage_options=dict(args.settings.storage))
     if args.json:
         print(json.dumps([d.to_dict() for d in descriptions], indent=2))
     else:
@@ -141,7 +421,8 @@ def _reset_offsets(args: argparse.Namespace) -> int:
     from sharegroup_source.admin import reset_offsets, reset_table
 
     plan = reset_offsets(args.location, to=args.to, topics=args.topic, execute=args.execute,
-                         bootstrap_servers=args.bootstrap_servers)
+                         bootstrap_servers=args.bootstrap_servers, kafka_config=args.settings.kafka,
+                         storage_options=dict(args.settings.storage))
     print(reset_table(plan))
     return 0
 
@@ -149,7 +430,7 @@ def _reset_offsets(args: argparse.Namespace) -> int:
 def _delete_offsets(args: argparse.Namespace) -> int:
     from sharegroup_source.admin import delete_offsets
 
-    removed = delete_offsets(args.location, args.topic)
+    removed = delete_offsets(args.location, args.topic, storage_options=dict(args.settings.storage))
     print("\n".join(f"{args.topic}  {partition}  deleted" for partition in removed))
     return 0
 

@@ -19,13 +19,13 @@ import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
 
 from state_store.delta_table import Piece, Snapshot, StateTable, Write
 from state_store.errors import FencedError, StateStoreError
+from state_store.str_enum import StrEnum
 
 __all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED", "STATUSES", "UNSETTLED", "EpochStatus", "Fence",
            "Ledger", "LedgerEntry", "OffsetRange", "entry_row", "epoch_status"]

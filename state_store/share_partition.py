@@ -19,7 +19,9 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum, StrEnum
+from enum import Enum
+
+from state_store.str_enum import StrEnum
 
 __all__ = [
     "AckType",

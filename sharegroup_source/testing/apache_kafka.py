@@ -29,7 +29,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from sharegroup_source.testing.jars import java, kafka_classpath
 
-__all__ = ["KAFKA_TOOLS", "ApacheKafka", "BrokerStartError", "create_topic", "set_group_configs"]
+__all__ = ["KAFKA_TOOLS", "TEST_SETTINGS", "ApacheKafka", "BrokerStartError", "KafkaNode", "create_topic",
+           "kafka_java", "new_cluster_id", "set_group_configs", "wait_ready"]
 
 #: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
 KAFKA_TOOLS = {
@@ -95,8 +96,25 @@ class BrokerStartError(RuntimeError):
     """Apache Kafka's broker did not come up; the message names its log file."""
 
 
-def create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 30.0) -> None:
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout_s)
+def wait_ready(bootstrap_servers: str, brokers: int, nodes: Sequence[KafkaNode], timeout_s: float) -> None:
+    """Wait until the cluster's metadata lists ``brokers`` brokers; fail at once when a node's JVM ended."""
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    while time.monotonic() < deadline:
+        for node in nodes:
+            node.check_alive()
+        try:
+            if len(admin.list_topics(timeout=1).brokers) >= brokers:
+                return
+        except Exception:  # not up yet: any client error means "try again"
+            time.sleep(0.2)
+    logs = ", ".join(str(node.log_path) for node in nodes)
+    raise BrokerStartError(f"Apache Kafka was not ready within {timeout_s:.0f}s; see {logs}")
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 30.0,
+                 replication_factor: int = 1) -> None:
+    admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(timeout_s)
 
 
 def set_group_configs(admin: AdminClient, group: str, settings: Mapping[str, str], timeout_s: float = 30.0) -> None:
@@ -118,7 +136,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A random Kafka Uuid string; like Kafka's own, never one starting with '-' (a CLI option)."""
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -127,9 +145,141 @@ def _cluster_id() -> str:
 
 
 def _orphan_guard() -> list[str]:
-    """A prefix that kills the child when this process dies, however it dies (Linux)."""
+    """A prefix that kills the child when this process dies, however it dies (Linux).
+
+    The signal comes when the *thread* that started the child ends (prctl's PR_SET_PDEATHSIG):
+    start JVMs from a thread that lives as long as they should, the main thread in the tools.
+    """
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+
+
+#: The JVM options of a broker or tool besides its heap: bin/kafka-run-class.sh's collector.
+JVM_OPTIONS = ("-XX:+UseG1GC",)
+
+
+def kafka_java(main_class: str, *args: str, heap: str, log4j: Path | None = None,
+               jvm_options: Sequence[str] = JVM_OPTIONS) -> list[str]:
+    """The command line that runs ``main_class`` from the Kafka jars (what bin/*.sh would run)."""
+    options = [f"-Dlog4j2.configurationFile={log4j}"] if log4j else []
+    return [java(), f"-Xmx{heap}", *jvm_options, *options, "-cp", kafka_classpath(), main_class,
+            *args]
+
+
+class KafkaNode:
+    """One KRaft node's JVM (broker and controller in one process): its folder, config, storage and process.
+
+    :class:`ApacheKafka` runs one; :class:`~sharegroup_source.testing.kafka_cluster.KafkaCluster` three, and
+    kills and restarts them. The folder keeps ``server.properties``, ``data/`` and ``kafka.log`` (appended
+    to across restarts, so a failure can be read afterwards).
+    """
+
+    def __init__(self, directory: Path, node_id: int, *, heap: str, jvm_options: Sequence[str] = JVM_OPTIONS):
+        self.directory = directory
+        self.node_id = node_id
+        self.port, self.controller_port = _free_port(), _free_port()
+        self.heap = heap
+        self.jvm_options = tuple(jvm_options)
+        self.process: subprocess.Popen | None = None
+        self._log: BinaryIO | None = None
+        self.config_path = directory / "server.properties"
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "kafka.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def voter(self) -> str:
+        """This node's entry in ``controller.quorum.voters``."""
+        return f"{self.node_id}@127.0.0.1:{self.controller_port}"
+
+    def java(self, main_class: str, *args: str, log_config: str = "log4j2.properties") -> list[str]:
+        return kafka_java(main_class, *args, heap=self.heap, log4j=self.directory / log_config,
+                          jvm_options=self.jvm_options)
+
+    def write_config(self, voters: str, settings: Mapping[str, str]) -> None:
+        """Write ``server.properties`` (``voters``: the quorum's ``controller.quorum.voters``) and the log setup."""
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{self.address},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.address}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.directory / "data"),
+            **settings,
+        }
+        self.config_path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+        (self.directory / "log4j2.properties").write_text(_LOG4J2)
+        (self.directory / "tools-log4j2.properties").write_text(_TOOLS_LOG4J2)
+
+    def format(self, cluster_id: str, share_groups: bool) -> None:
+        """Format the node's storage (once, before its first start) with share groups on or off."""
+        with self.log_path.open("ab") as log:
+            formatted = subprocess.run(
+                self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path),
+                          "--feature", f"share.version={int(share_groups)}"),
+                stdout=log, stderr=subprocess.STDOUT, timeout=120, check=False)
+        if formatted.returncode != 0:
+            raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); "
+                                   f"see {self.log_path}")
+
+    def start(self) -> None:
+        """Start the JVM on its formatted storage; it dies with the thread that started it."""
+        if self.is_running():
+            return
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [*_orphan_guard(), *self.java("kafka.Kafka", str(self.config_path))],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.is_running():
+            raise BrokerStartError(f"Apache Kafka node {self.node_id} exited while starting; see {self.log_path}")
+
+    def signal(self, signum: signal.Signals) -> None:
+        if self.is_running():
+            assert self.process is not None
+            self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """kill -9: no controlled shutdown, the controller learns of it when the broker's session times out."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a frozen JVM is killed all the same, but reaped only once running
+            process.kill()
+            process.wait(30)
+
+    def stop(self) -> None:
+        """A controlled shutdown (SIGTERM: leaders move off first), kill -9 if it takes longer than 60 s."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def close(self) -> None:
+        """Stop and let go of the log file."""
+        self.stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 class ApacheKafka:
@@ -147,8 +297,7 @@ class ApacheKafka:
         self.heap = heap
         self.directory: Path | None = None
         self.bootstrap_servers = ""
-        self._process: subprocess.Popen | None = None
-        self._log: BinaryIO | None = None
+        self._node: KafkaNode | None = None
 
     @property
     def log_path(self) -> Path:
@@ -158,64 +307,22 @@ class ApacheKafka:
 
     def _java(self, main_class: str, *args: str, log_config: str = "log4j2.properties") -> list[str]:
         log4j = self.directory / log_config if self.directory else None
-        options = [f"-Dlog4j2.configurationFile={log4j}"] if log4j else []
-        return [java(), f"-Xmx{self.heap}", "-XX:+UseG1GC", *options, "-cp", kafka_classpath(), main_class, *args]
-
-    def _write_config(self, port: int, controller_port: int) -> Path:
-        assert self.directory is not None
-        config = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.directory / "data"),
-            **self.settings,
-        }
-        path = self.directory / "server.properties"
-        path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-        (self.directory / "log4j2.properties").write_text(_LOG4J2)
-        (self.directory / "tools-log4j2.properties").write_text(_TOOLS_LOG4J2)
-        return path
+        return kafka_java(main_class, *args, heap=self.heap, log4j=log4j)
 
     def start(self) -> ApacheKafka:
         self.directory = Path(tempfile.mkdtemp(prefix="sharegroup-kafka-"))
-        port, controller_port = _free_port(), _free_port()
-        config = self._write_config(port, controller_port)
-        self._log = self.log_path.open("ab")
-        formatted = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config),
-                       "--feature", f"share.version={int(self.share_groups)}"),
-            stdout=self._log, stderr=subprocess.STDOUT, timeout=120, check=False,
-        )
-        if formatted.returncode != 0:
-            raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); "
-                                   f"see {self.log_path}")
-        self._process = subprocess.Popen(
-            [*_orphan_guard(), *self._java("kafka.Kafka", str(config))],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        node = self._node = KafkaNode(self.directory, 1, heap=self.heap)
+        node.write_config(node.voter, self.settings)
+        node.format(new_cluster_id(), self.share_groups)
+        node.start()
         atexit.register(self.stop)
-        self.bootstrap_servers = f"127.0.0.1:{port}"
-        self._wait_ready()
+        self.bootstrap_servers = node.address
+        try:
+            wait_ready(self.bootstrap_servers, 1, [node], self.startup_timeout_s)
+        except BrokerStartError:
+            self.stop()
+            raise
         return self
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                raise BrokerStartError(f"Apache Kafka exited while starting; see {self.log_path}")
-            try:
-                if admin.list_topics(timeout=1).brokers:
-                    return
-            except Exception:  # not up yet: any client error means "try again"
-                time.sleep(0.2)
-        self.stop()
-        raise BrokerStartError(f"Apache Kafka was not ready within {self.startup_timeout_s:.0f}s; see {self.log_path}")
 
     def run_tool(self, tool: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run one of :data:`KAFKA_TOOLS` against this broker; output is returned, not printed."""
@@ -229,26 +336,16 @@ class ApacheKafka:
 
     def pause(self) -> None:
         """Freeze the broker's JVM (SIGSTOP): clients see a broker that stopped answering."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
+        if self._node is not None:
+            self._node.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self._process is not None:
-            self._process.send_signal(signal.SIGCONT)
+        if self._node is not None:
+            self._node.signal(signal.SIGCONT)
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self._node is not None:
+            self._node.close()
         atexit.unregister(self.stop)
 
     def cleanup(self) -> None:

@@ -3,8 +3,10 @@ Kafka's own broker, behind one interface.
 
 The ``apache`` peer is a single-node KRaft broker started from the jars of ``jvm/pom.xml``;
 ``SHAREGROUP_TEST_BOOTSTRAP=host:port`` points it at an existing Kafka 4.2+ cluster with share
-groups enabled instead. Tests that need the embedded broker's fault hooks skip on the other peer
-with a printed reason; only they ask, so pytest is imported only when a skip is due.
+groups enabled instead. The ``cluster`` peer is three such brokers with replicated topics
+(:mod:`.kafka_cluster`), for the tests and the soak that kill brokers. Tests that need the
+embedded broker's fault hooks skip on the other peers with a printed reason; only they ask, so
+pytest is imported only when a skip is due.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.kafka_cluster import KafkaCluster
 
 __all__ = ["BOOTSTRAP_ENV", "EMBEDDED_SESSION_TIMEOUT_MS", "PEERS", "KafkaUnderTest", "kafka_session", "wait_for"]
 
@@ -40,9 +43,13 @@ def _skip(reason: str) -> NoReturn:
 class KafkaUnderTest:
     """Topics, share-group settings and producing, the same on both kinds of cluster."""
 
-    def __init__(self, embedded: EmbeddedBroker | None, bootstrap_servers: str, apache: ApacheKafka | None = None):
+    def __init__(self, embedded: EmbeddedBroker | None, bootstrap_servers: str, apache: ApacheKafka | None = None,
+                 cluster: KafkaCluster | None = None):
         self.embedded = embedded
         self.apache = apache
+        self.cluster = cluster
+        #: topics get three replicas on the cluster, as in production
+        self.replication_factor = 3 if cluster is not None else 1
         self.bootstrap_servers = bootstrap_servers
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
@@ -73,10 +80,12 @@ class KafkaUnderTest:
 
     @property
     def kind(self) -> str:
-        return "embedded" if self.embedded is not None else "apache"
+        return "embedded" if self.embedded is not None else "cluster" if self.cluster is not None else "apache"
 
     def describe(self) -> str:
         """Where to look when a test fails: the peer and, for Apache Kafka, its log file."""
+        if self.cluster is not None:
+            return self.cluster.describe()
         if self.apache is not None:
             return f"Apache Kafka at {self.bootstrap_servers} (log: {self.apache.log_path})"
         if self.embedded is None:
@@ -122,7 +131,7 @@ class KafkaUnderTest:
         if self.embedded is not None:
             self.embedded.create_topic(name, partitions)
         else:
-            create_topic(self.admin, name, partitions)
+            create_topic(self.admin, name, partitions, replication_factor=self.replication_factor)
         return name
 
     def new_group(self, *, lock_duration_ms: int | None = None, delivery_attempt_limit: int | None = None,
@@ -200,12 +209,18 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval
 
 @contextmanager
 def kafka_session(peer: str = "embedded") -> Iterator[KafkaUnderTest]:
-    """One Kafka peer for a whole run, stopped at the end (no JVM is left behind)."""
-    if peer == "embedded":
+    """One Kafka peer for a whole run, stopped at the end (no JVM is left behind).
+
+    ``peer`` is one of :data:`PEERS`, or ``cluster``: three Apache Kafka brokers (see :mod:`.kafka_cluster`).
+    """
+    if peer == "cluster":
+        with KafkaCluster() as cluster, KafkaUnderTest(None, cluster.bootstrap_servers, cluster=cluster) as kafka:
+            yield kafka
+    elif peer == "embedded":
         with EmbeddedBroker(brokers=1) as broker, KafkaUnderTest(broker, broker.bootstrap_servers) as kafka:
             yield kafka
     elif peer != "apache":
-        raise ValueError(f"unknown Kafka peer {peer!r}: expected one of {PEERS}")
+        raise ValueError(f"unknown Kafka peer {peer!r}: expected one of {PEERS} or cluster")
     elif os.environ.get(BOOTSTRAP_ENV):
         with KafkaUnderTest(None, os.environ[BOOTSTRAP_ENV]) as kafka:
             yield kafka

@@ -26,12 +26,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sharegroup_source.errors import OptionError
+from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["KAFKA_LOGGER", "REPEAT_INTERVAL_S", "ClientLog", "admin_config", "client_log", "consumer_config",
-           "producer_config", "refuse_java_settings"]
+from sharegroup_source.errors import ClusterError, OptionError
+
+__all__ = ["KAFKA_LOGGER", "REPEAT_INTERVAL_S", "TRANSIENT_BOUND_S", "TRANSIENT_ERRORS", "ClientLog", "admin_config",
+           "client_log", "consumer_config", "is_transient", "producer_config", "refuse_java_settings",
+           "retry_transient"]
+
+T = TypeVar("T")
 
 KAFKA_LOGGER = "sharegroup_source.kafka"
 #: How long further complaints about one broker are counted instead of printed.
@@ -172,3 +177,63 @@ def refuse_java_settings(kafka: Mapping[str, str]) -> None:
         if instead is not None:
             raise OptionError(f"option 'kafka.{key}' is a Java Kafka client setting; the source's Kafka client "
                               f"is librdkafka, which does not read it: {instead}")
+
+
+#: Errors of a cluster in motion, not of a wrong request: a leader moving (an election bumps the leader
+#: epoch, so a request that met the old epoch is answered FENCED_LEADER_EPOCH, which librdkafka does not
+#: mark retriable), a node down or restarting, a request cut off with its connection, too few replicas in
+#: sync for a moment. Spark's Kafka source retries these too.
+TRANSIENT_ERRORS = frozenset({
+    KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._DESTROY_BROKER, KafkaError._WAIT_COORD, KafkaError._NODE_UPDATE, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.NETWORK_EXCEPTION, KafkaError.BROKER_NOT_AVAILABLE, KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.KAFKA_STORAGE_ERROR, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+})
+#: How long a call keeps retrying transient errors: a killed broker is fenced and its leaderships move
+#: within its session timeout (9 s by default) plus an election; a minute covers that several times over,
+#: and a cluster down longer than that gets one clear error instead of a hang.
+TRANSIENT_BOUND_S = 60.0
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Whether ``error`` may go away by asking again (never a fatal one)."""
+    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_ERRORS)
+
+
+def retry_transient(call: Callable[[], T], what: str, servers: str, bound_s: float = TRANSIENT_BOUND_S,
+                    before_retry: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, asked again while it fails with a transient Kafka error, for up to ``bound_s``.
+
+    ``before_retry`` runs before each new attempt: a client that keeps a stale leader epoch must be
+    replaced, not asked again (librdkafka's admin client answered FENCED_LEADER_EPOCH for a whole
+    minute after a leader was killed, without refreshing its metadata).
+
+    Any other Kafka error, or a transient one that outlasts the bound, becomes one ClusterError:
+    ``cannot <what> at bootstrap.servers=<servers>: ...``.
+    """
+    deadline = clock() + bound_s
+    pause_s, failures = 0.1, 0
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not isinstance(error, KafkaError):
+                raise
+            if not is_transient(error):
+                raise ClusterError(f"cannot {what} at bootstrap.servers={servers}: {error.str()}") from None
+            failures += 1
+            if clock() + pause_s > deadline:
+                raise ClusterError(f"cannot {what} at bootstrap.servers={servers}: still failing after "
+                                   f"{bound_s:.0f}s ({failures} attempts): {error.str()}") from None
+            if failures == 1:
+                logging.getLogger(KAFKA_LOGGER).info("%s: %s; asking again for up to %.0f s", what, error.str(),
+                                                     bound_s)
+            sleep(pause_s)
+            pause_s = min(pause_s * 2, 2.0)
+            if before_retry is not None:
+                before_retry()

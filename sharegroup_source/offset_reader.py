@@ -15,6 +15,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from sharegroup_source.consumer_pool import ConsumerPool, consumer_pool
+from sharegroup_source.kafka_clients import is_transient
 from sharegroup_source.schema import message_key
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
@@ -34,10 +35,6 @@ _CONSUME_BATCH = 10_000
 _CONSUME_WAIT_S = 0.05
 #: A position outside the log: with ``auto.offset.reset=error`` librdkafka reports it, and stops fetching.
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
-#: A leader that moves, a node that is down or a request cut off with its connection: retried until the deadline.
-_TRANSIENT = {KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-              KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER, KafkaError.LEADER_NOT_AVAILABLE,
-              KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT}
 
 
 @dataclass
@@ -129,8 +126,9 @@ class OffsetRangeReader:
         scan = _Scan(start)
         while scan.position <= last:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"replaying {topic}[{partition}] offsets {start}..{last}: "
-                                   f"{len(remaining)} not read after {self._timeout_s:.0f}s")
+                raise TimeoutError(f"replaying {topic}[{partition}] offsets {start}..{last} at bootstrap.servers="
+                                   f"{self._config.get('bootstrap.servers', '')}: {len(remaining)} not read after "
+                                   f"{self._timeout_s:.0f}s")
             messages = consumer.consume(min(last - scan.position + 1, _CONSUME_BATCH), _CONSUME_WAIT_S)
             if not any(map(Message.error, messages)):  # a fetch's records alone: taken without a loop per record
                 _keep(messages, remaining, found, scan)
@@ -145,7 +143,7 @@ class OffsetRangeReader:
                 elif error.code() in _OUT_OF_RANGE:
                     scan.out_of_range = True
                     return scan
-                elif not _transient(error):
+                elif not is_transient(error):
                     raise KafkaException(error)
                 # transient: librdkafka reconnects and refetches on its own
         return scan
@@ -157,8 +155,8 @@ class OffsetRangeReader:
                     TopicPartition(topic, partition), timeout=max(deadline - time.monotonic(), 0.1))
             except KafkaException as exc:
                 error = exc.args[0]
-                if not _transient(error) or time.monotonic() >= deadline:
-                    waited = f"still failing after {self._timeout_s:.0f}s: " if _transient(error) else ""
+                if not is_transient(error) or time.monotonic() >= deadline:
+                    waited = f"still failing after {self._timeout_s:.0f}s: " if is_transient(error) else ""
                     raise KafkaException(KafkaError(
                         error.code(), f"replaying {topic}[{partition}]: {waited}{error.str()}")) from None
                 time.sleep(0.2)  # metadata refreshes in the background; ask again shortly
@@ -213,8 +211,4 @@ def _keep(records: list[Message], remaining: set[int], found: list[Message], sca
         found += [record for record, offset in zip(records, offsets, strict=True) if offset in remaining]
     remaining.difference_update(offsets)
     scan.position = offsets[-1] + 1
-
-
-def _transient(error: KafkaError) -> bool:
-    return not error.fatal() and (error.retriable() or error.code() in _TRANSIENT)
 

@@ -1,0 +1,54 @@
+"""Transient Kafka errors are asked again within a bound; past it, one clear error names bootstrap.servers.
+
+The cluster fault tests (tests/test_cluster_faults.py) found coordinator=delta failing at every
+leader change with FENCED_LEADER_EPOCH ("Leader epoch is older than broker epoch") from its log
+offset lookup; these pin the retry's two ends down without a cluster: an election's errors are
+waited out, and a cluster that stays away fails with one error, not a hang.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from sharegroup_source.coordinators.delta.log_bounds import LogBounds
+from sharegroup_source.errors import ClusterError
+from sharegroup_source.kafka_clients import is_transient, retry_transient
+
+
+def test_an_election_s_errors_are_waited_out_on_a_fresh_client():
+    answers = [KafkaError.FENCED_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, None]
+    renewed: list[int] = []
+
+    def call() -> str:
+        code = answers.pop(0)
+        if code is not None:
+            raise KafkaException(KafkaError(code))
+        return "bounds"
+
+    assert retry_transient(call, "read log offsets", "h:9092", bound_s=10,
+                           before_retry=lambda: renewed.append(1)) == "bounds"
+    assert len(renewed) == 2, "a client with a stale leader epoch must be replaced before each new attempt"
+
+
+def test_a_wrong_request_fails_at_once_naming_the_servers():
+    def call() -> None:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"^cannot read log offsets at bootstrap.servers=h:9092: "):
+        retry_transient(call, "read log offsets", "h:9092", bound_s=30)
+    assert not is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    print(f"failed after {time.monotonic() - started:.2f} s")
+
+
+def test_a_cluster_that_stays_away_is_one_error_after_the_bound():
+    """A real client against a port nobody listens on: transport errors until the bound, then one ClusterError."""
+    bounds = LogBounds({"bootstrap.servers": "127.0.0.1:1"}, timeout_s=1, retry_s=3)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"^cannot read log offsets at bootstrap.servers=127.0.0.1:1: "
+                                           r"still failing after 3s \(\d+ attempts\)"):
+        bounds.of({"orders": 1})
+    print(f"gave up after {time.monotonic() - started:.1f} s")

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -34,9 +35,11 @@ from sharegroup_source.metadata import log_end_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
+from sharegroup_source.redaction import redact_location
 from sharegroup_source.schema import NO_RECORDS, by_partition, has_payload, row_bytes, spans, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
+from state_store.ledger import Fence, LedgerView
 from state_store.maintenance import BackgroundMaintenance
 
 __all__ = ["MicroBatchDriver", "offset_ranges", "payload_partitions", "replay_partitions", "task_cuts"]
@@ -72,6 +75,10 @@ class MicroBatchDriver:
         self._run_id = uuid.uuid4().hex
         self.store = StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
                                 storage_options=dict(options.storage_options))
+        # Spark's checkpoint, where the option names it: read before joining, so a run the state
+        # will refuse is refused before it joins the group; watched once the run started
+        self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
+        self._check_checkpoint_before_joining()
         self.counters = SourceCounters()
         self._maintenance = BackgroundMaintenance(
             lambda: StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
@@ -81,6 +88,10 @@ class MicroBatchDriver:
         self._published_at = 0.0
         # statuses of settled epochs, recorded with the next ledger write: one commit per steady epoch
         self._settled: dict[int, EpochStatus] = {}
+        # None until Spark's first call that names the checkpoint's position: only then does this run know
+        # whether the state is its own, so only then does it fence earlier runs (see _start)
+        self._fence: Fence | None = None
+        self._forget_ledger()
         # joins once the previous run's member has left: that run's stop writes its releases to the ledger
         self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
         lock_duration_ms = self._coordinator.lock_duration_ms
@@ -99,38 +110,74 @@ class MicroBatchDriver:
         self._watcher: CommitWatcher | None = None
         try:
             self._publish_counters()  # the member is in the group: a next run waits for it to leave
-            # from here on a run still writing (a zombie driver, another host) fails at its next write
-            self._fence = self.store.ledger.fence(self._group_id, self._run_id)
-            self._read_ledger()
-            self._commit_log = CommitLog(options.checkpoint_location) if options.checkpoint_location else None
-            self._watcher = CommitWatcher(self._commit_log, self.commit) if self._commit_log else None
         except BaseException:  # SIGTERM included: a member nobody will stop must leave now
-            if self._watcher is not None:
-                self._watcher.stop()
             self._coordinator.close()
             self._publish_counters(left=True)
             raise
-        if self._watcher is None:
+        if self._commit_log is None:
             log.info("group %s: an epoch is acknowledged when Spark builds the next batch; set the source option "
                      "checkpointLocation to the query's checkpoint to acknowledge as soon as Spark commits",
                      options.group_id)
 
-    def _read_ledger(self) -> None:
-        """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle."""
-        # epochs this run's member acquired and has not settled, with their payload
-        self._held: dict[int, LedgerEntry] = {}
+    def _forget_ledger(self) -> None:
+        """Nothing known of earlier runs: before the run started, and what an unstarted stop finds."""
+        self._held: dict[int, LedgerEntry] = {}  # epochs this run's member acquired and has not settled
         self._payload: dict[int, pa.Table] = {}
+        self._emitted = EmittedIndex()
+        self._foreign: dict[int, LedgerEntry] = {}
+        self._released: dict[int, LedgerEntry] = {}
+
+    def _check_checkpoint_before_joining(self) -> None:
+        """Refuse, before joining anything, a checkpoint whose committed position the state is ahead of.
+
+        Spark names the position only in its first call, but the checkpoint the source option
+        names says it now (Spark resumes after its newest committed batch). A run on a wrong
+        checkpoint then never joins the share group: it takes no partitions from the run that
+        holds the state, makes nobody wait for it, and fences nobody.
+        """
+        if self._commit_log is None:
+            return
+        try:
+            committed = self._commit_log.committed_epoch()
+        except (OSError, ValueError) as error:  # unreadable: Spark's first call carries the position anyway
+            log.warning("cannot read the checkpoint at checkpointLocation=%s before joining (%s); the state is "
+                        "checked at Spark's first call", self._checkpoint_shown, error)
+            return
+        self._check_checkpoint(self.store.ledger.view(self._group_id), (), committed or 0)
+
+    def _start(self, offsets: Sequence[EpochOffset], position: int) -> None:
+        """Check the checkpoint against the state, then fence earlier runs: both in one commit.
+
+        Called by every Spark call that names the checkpoint's position (``position``: the epoch
+        Spark resumes after; ``offsets``: the offsets it handed over), before anything is written.
+        A run the state refuses raises StateMismatchError and fences nobody, so a second query
+        pointed at a running one's state fails alone. A run the state accepts (a restart of
+        the same checkpoint) fences every earlier run, a zombie driver included, before its first
+        ledger write: from then on their writes fail.
+        """
+        if self._fence is not None:
+            return
+        self._fence = self.store.ledger.fence(self._group_id, self._run_id,
+                                              check=lambda view: self._check_checkpoint(view, offsets, position))
+        self._read_ledger()
+        if self._commit_log is not None:
+            self._watcher = CommitWatcher(self._commit_log, self.commit)
+
+    def _read_ledger(self) -> None:
+        """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle.
+
+        Read once this run fenced them: from then on nobody else changes it."""
         live = self.store.ledger.entries(self._group_id, statuses=(*UNSETTLED, EpochStatus.ACK_FAILED))
         self._emitted = EmittedIndex(live)
         for entry in live:
             if entry.status == EpochStatus.ACK_FAILED:  # how many failed is not kept: all of them, at most
                 self._emitted.expect_back(entry.epoch, entry.record_count)
         # unsettled epochs of an earlier run: their locks died with that run's member
-        self._foreign: dict[int, LedgerEntry] = {e.epoch: e for e in live if e.status in UNSETTLED}
+        self._foreign = {e.epoch: e for e in live if e.status in UNSETTLED}
         # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
         # only when it builds the next batch), and then their records come back and must not be
         # emitted again
-        self._released: dict[int, LedgerEntry] = {
+        self._released = {
             e.epoch: e for e in self.store.ledger.entries(self._group_id, statuses=(EpochStatus.RELEASED,))}
 
     # -- Spark's calls ---------------------------------------------------------------
@@ -150,7 +197,7 @@ class MicroBatchDriver:
                 self._publish_counters(at_once=idle)
 
     def _latest_offset(self, start: EpochOffset, max_records: int | None) -> EpochOffset:
-        self._check_state_belongs(start)
+        self._start((start,), start.epoch)
         self.settle_through(start.epoch)
         next_epoch = start.epoch + 1
         ledgered = self.store.ledger.get(self._group_id, next_epoch)
@@ -188,35 +235,95 @@ class MicroBatchDriver:
         self._emitted.add(entry)
         self.counters.acquired += fresh.num_rows
         self.counters.epochs += 1
+        if self._available_now is None:  # records taken ahead past an AvailableNow target would spend a delivery
+            self._coordinator.acquire_ahead(max_records)
         return self._offset(next_epoch)
 
     def _offset(self, epoch: int) -> EpochOffset:
         """An offset names the state it belongs to, so a checkpoint can never be paired with another state."""
+        assert self._fence is not None, "an offset is handed out only by a started run"
         return EpochOffset(epoch, self._fence.state_id)
 
-    def _check_state_belongs(self, start: EpochOffset) -> None:
-        """Refuse a checkpoint whose offsets this state location cannot have produced."""
+    def _check_checkpoint(self, view: LedgerView, offsets: Sequence[EpochOffset], position: int) -> None:
+        """Refuse a checkpoint this state cannot have produced, or that the state has gone past.
+
+        ``position`` is the epoch the checkpoint resumes after: Spark's start offset, or the end
+        of a batch it runs again. A run of this checkpoint ledgers at most the epoch after it
+        (ledgered, then Spark failed before logging it), so a state holding more, or having
+        settled that one, belongs to another checkpoint or to another run of this one.
+        """
         where = f"stateLocation={self._options.state_location_shown}"
-        if start.state is not None and start.state != self._fence.state_id:
+        for offset in offsets:
+            if offset.state is not None and offset.state != view.state_id:
+                holds = f"state {view.state_id}" if view.state_id else "no state (it is new, or was emptied)"
+                raise StateMismatchError(
+                    f"the checkpoint's offsets belong to state {offset.state}, but {where} holds {holds}: the state "
+                    "location was replaced, or another query's checkpoint is used; each checkpoint needs the "
+                    "stateLocation it started with")
+        if position > 0 and position not in view.statuses:
             raise StateMismatchError(
-                f"the checkpoint's offsets belong to state {start.state}, but {where} holds state "
-                f"{self._fence.state_id}: the state location was replaced, or another query's checkpoint is used; "
-                "each checkpoint needs the stateLocation it started with")
-        if start.epoch > 0 and self.store.ledger.get(self._group_id, start.epoch) is None:
-            raise StateMismatchError(
-                f"the checkpoint resumes after epoch {start.epoch}, which {where} does not hold: was the state "
+                f"the checkpoint resumes after epoch {position}, which {where} does not hold: was the state "
                 "location deleted or replaced? Restore it, or start a new checkpoint with a new stateLocation")
-        newest = self.store.ledger.max_epoch(self._group_id)
-        if start.epoch == 0 and newest is not None and newest > 1:
-            raise StateMismatchError(
-                f"a new checkpoint starts on {where}, which already holds epochs up to {newest} of group "
-                f"{self._group_id!r}: each checkpoint needs its own stateLocation")
+        newest = view.max_epoch
+        following = view.statuses.get(position + 1)
+        if newest is not None and (newest > position + 1 or following in (EpochStatus.ACKED, EpochStatus.ACK_FAILED)):
+            raise StateMismatchError(self._ahead_of_checkpoint(view, position, newest))
+
+    def _ahead_of_checkpoint(self, view: LedgerView, position: int, newest: int) -> str:
+        """Why a state ahead of this run's checkpoint is refused, as precisely as this run can tell."""
+        where = f"stateLocation={self._options.state_location_shown}"
+        holds = (f"{where} already holds epochs up to {newest} of group {self._group_id!r}" if newest > position + 1
+                 else f"{where} already settled epoch {newest} of group {self._group_id!r}")
+        holder = f" (run {view.holder} holds it{self._run_whereabouts(view.holder)})" if view.holder else ""
+        kept = "This run stops and fenced nothing: the run that holds the state goes on"
+        if self._commit_log is None:
+            began = "epoch 0 (its checkpoint had no batch)" if position == 0 else f"epoch {position}"
+            return (f"this run resumes from {began}, but {holds}{holder}: either another query started on this "
+                    "stateLocation with a checkpoint of its own (each checkpoint needs its own stateLocation), or "
+                    "two runs of one checkpoint run at once (a checkpoint runs once at a time). Set the source "
+                    f"option checkpointLocation to the query's checkpoint to be told which. {kept}")
+        checkpoint = f"checkpointLocation={self._checkpoint_shown}"
+        try:
+            committed = CommitLog(self._commit_log_location).committed_epoch()  # now, not when this run began
+        except (OSError, ValueError):
+            committed = None
+        if committed is not None and committed > position:
+            return (f"another run of this query's checkpoint is ahead of this one: {checkpoint} has committed epoch "
+                    f"{committed} and {holds}{holder}, while this run resumes from epoch {position}. A checkpoint "
+                    f"runs once at a time: stop one of the two. {kept}")
+        if committed is None and position == 0:
+            return (f"a new checkpoint ({checkpoint} has no committed batch) starts on {where}, which already holds "
+                    f"epochs up to {newest} of group {self._group_id!r}{holder}: each checkpoint needs its own "
+                    f"stateLocation. {kept}")
+        return (f"{checkpoint} resumes from epoch {position}, but {holds}{holder}: the checkpoint is another query's, "
+                f"or older than the state (restored from a copy?); each checkpoint needs its own stateLocation. {kept}")
+
+    def _run_whereabouts(self, run_id: str) -> str:
+        """Where a run's member is, from the progress table: an operator looks for it there."""
+        rows = [r for r in self.store.progress.table.snapshot().rows()
+                if r["query_id"] == self._group_id and r["run_id"] == run_id]
+        if not rows:
+            return ""
+        last = max(rows, key=lambda r: r["commit_version"])
+        if last["left_at_ms"] is not None:
+            return f", its member left the group at {_iso(last['left_at_ms'])}"
+        return f", its member is in the group: pid {last['pid']} on {last['host']}"
+
+    @property
+    def _commit_log_location(self) -> str:
+        assert self._options.checkpoint_location is not None
+        return self._options.checkpoint_location
+
+    @property
+    def _checkpoint_shown(self) -> str:
+        return redact_location(self._commit_log_location)
 
     def plan(self, start: Mapping, end: Mapping) -> list:
         with self._lock:
             return self._plan(EpochOffset.of(start), EpochOffset.of(end))
 
     def _plan(self, start: EpochOffset, end: EpochOffset) -> list:
+        self._start((start, end), end.epoch)  # a restart's first call when Spark runs its last batch again
         partitions: list = []
         emitted = []
         for epoch in range(start.epoch + 1, end.epoch + 1):
@@ -246,6 +353,7 @@ class MicroBatchDriver:
         """Settle through ``epoch``: called by Spark at the next trigger, and by the commit watcher."""
         with self._lock:
             try:
+                self._start((), epoch)
                 self.settle_through(epoch)
                 self._dead_letter_archived()
             finally:
@@ -286,11 +394,13 @@ class MicroBatchDriver:
 
     def _stop(self) -> None:
         try:
-            committed = self._commit_log.committed_epoch() if self._commit_log else None
+            # a run that never started holds nothing and must not write: the ledger may be another run's
+            committed = self._commit_log.committed_epoch() if self._commit_log and self._fence else None
             try:
                 if committed is not None:  # Spark committed it and will not call commit for it again
                     self.settle_through(committed)
-                self._record_settled()
+                if self._fence is not None:
+                    self._record_settled()
             except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
                 log.warning("%s", fenced)
             self._acks.send(releases(self._backlog.give_back()))
@@ -453,6 +563,10 @@ class MicroBatchDriver:
         lock_ms = self._coordinator.lock_duration_ms  # None: renewed while the member lives
         return LedgerEntry(self._group_id, epoch, offset_ranges(records), self._run_id, acquired_at_ms,
                            None if lock_ms is None else acquired_at_ms + lock_ms, EpochStatus.ACQUIRED)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:

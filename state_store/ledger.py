@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,7 @@ from state_store.errors import FencedError, StateStoreError
 from state_store.str_enum import StrEnum
 
 __all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED", "STATUSES", "UNSETTLED", "EpochStatus", "Fence",
-           "Ledger", "LedgerEntry", "OffsetRange", "entry_row", "epoch_status"]
-
+           "Ledger", "LedgerEntry", "LedgerView", "OffsetRange", "entry_row", "epoch_status"]
 
 
 class EpochStatus(StrEnum):
@@ -214,6 +213,20 @@ class Fence:
     state_id: str  # the first run's id: constant for the life of the state
 
 
+@dataclass(frozen=True)
+class LedgerView:
+    """What a run checks its checkpoint against before it fences: the state's id, which run holds the
+    state now, and the query's epochs with their latest statuses (no offset ranges: cheap to build)."""
+
+    state_id: str | None  # None: no run ever fenced this query's state (a new or emptied location)
+    holder: str | None  # the run of the newest fence: the one that may write now
+    statuses: Mapping[int, EpochStatus]
+
+    @property
+    def max_epoch(self) -> int | None:
+        return max(self.statuses, default=None)
+
+
 class Ledger:
     """Epochs per query in the ``ledger`` Delta table."""
 
@@ -222,11 +235,28 @@ class Ledger:
         self._folded: tuple[int | None, dict[str, dict[int, _Folded]], dict[str, list[dict]]] | None = None
         self._fences: dict[str, Fence] = {}  # the runs this Ledger writes for, per query
 
-    def fence(self, query_id: str, run_id: str) -> Fence:
-        """Claim the query's state for ``run_id``: earlier runs' writes fail from now on."""
+    def view(self, query_id: str) -> LedgerView:
+        """The query's state as it is now, read only: what a run checks before it may fence anyone."""
+        return self._view(self.table.snapshot(), query_id)
+
+    def _view(self, snapshot: Snapshot, query_id: str) -> LedgerView:
+        fences = self._fence_rows(snapshot).get(query_id, [])
+        folded = self._fold(snapshot).get(query_id, {})
+        return LedgerView(fences[0]["member_id"] if fences else None, fences[-1]["member_id"] if fences else None,
+                          {epoch: epoch_status(f.status) for epoch, f in folded.items()})
+
+    def fence(self, query_id: str, run_id: str, check: Callable[[LedgerView], None] | None = None) -> Fence:
+        """Claim the query's state for ``run_id``: earlier runs' writes fail from now on.
+
+        ``check`` sees the state the fence would be committed onto and may raise to refuse the
+        run: it runs inside the compare-and-swap commit, so a run is checked against exactly the
+        state it takes over, and a refused run fences nobody (a concurrent write re-runs both).
+        """
         claimed: list[Fence] = []
 
         def plan(snapshot: Snapshot) -> Write:
+            if check is not None:
+                check(self._view(snapshot, query_id))
             fences = self._fence_rows(snapshot).get(query_id, [])
             generation = fences[-1]["epoch"] + 1 if fences else 1
             state_id = fences[0]["member_id"] if fences else run_id

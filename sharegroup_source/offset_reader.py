@@ -7,16 +7,17 @@ of the Delta coordinator, whose executors read the offset ranges the driver lock
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from sharegroup_source.consumer_pool import ConsumerPool, consumer_pool
 from sharegroup_source.kafka_clients import is_transient
-from sharegroup_source.schema import message_key
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
 
@@ -49,24 +50,43 @@ class RangeResult:
 
 
 @dataclass
-class _Scan:
-    """One assignment's reading: where it got to, and how it ended."""
+class _Read:
+    """One partition's part of a read: the offsets still to come, where the log got to, and how it ended."""
 
+    topic: str
+    partition: int
+    remaining: set[int]
+    last: int  #: the last wanted offset
     position: int  #: the next offset the log would give: every wanted offset below it was read or is a gap
+    result: RangeResult = field(default_factory=RangeResult)
     end: int | None = None  #: the log's end, when the read reached it (PARTITION_EOF)
     out_of_range: bool = False  #: the position is outside the log (below its start, or past its end)
 
+    @property
+    def done(self) -> bool:
+        return self.end is not None or self.out_of_range or self.position > self.last
+
+    def settle(self) -> None:
+        """Offsets the log passed without giving are gaps; past the log's end, missing."""
+        self.result.gaps += [o for o in self.remaining if o < self.position]
+        self.remaining = {o for o in self.remaining if o >= self.position}
+        if self.end is not None:
+            self.result.missing += self.remaining
+            self.remaining = set()
+
 
 class OffsetRangeReader:
-    """Reads requested offsets of one topic-partition at a time, tolerating gaps, on a pooled consumer.
+    """Reads requested offsets of topic-partitions, tolerating gaps, on a pooled consumer.
 
     Gaps (compacted records, transaction markers, aborted data) mean an offset may never
-    arrive: reading stops once the log position passes the last requested offset or reaches
-    the partition's end, and the absent offsets are reported, not waited for. The consume
+    arrive: reading a partition stops once the log position passes its last requested offset or
+    reaches the partition's end, and the absent offsets are reported, not waited for. The consume
     itself tells where the log ends (PARTITION_EOF) or that a position left it (offset out of
-    range); only then are the log's bounds looked up, so a read costs its fetches alone. A node
-    that is down or a leader that moves is waited for, up to ``timeout_s`` per read: a replay
-    runs in a Spark task, and failing it fails the batch.
+    range); only then are the log's bounds looked up, so a read costs its fetches alone. The
+    partitions of one ``read_many`` are assigned together, so their fetches go out in parallel
+    (one round trip per leader, not one per partition). A node that is down or a leader that
+    moves is waited for, up to ``timeout_s`` per read: a replay runs in a Spark task, and failing
+    it fails the batch.
 
     The consumer is borrowed from ``pool`` (the process's) for the reader's life and given back
     at ``close``, or closed there if a read failed on it.
@@ -80,73 +100,69 @@ class OffsetRangeReader:
         self._timeout_s = timeout_s
 
     def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:
-        wanted = sorted(set(offsets))
-        if not wanted:
-            return RangeResult()
+        """The records at ``offsets`` of one topic-partition."""
+        return self.read_many({(topic, partition): offsets})[(topic, partition)]
+
+    def read_many(self, wanted: Mapping[tuple[str, int], Iterable[int]]) -> dict[tuple[str, int], RangeResult]:
+        """The records at the offsets of each (topic, partition) of ``wanted``, all partitions read at once."""
+        reads = {}
+        for (topic, partition), offsets in wanted.items():
+            remaining = set(offsets)
+            if remaining:
+                reads[topic, partition] = _Read(topic, partition, remaining, max(remaining), min(remaining))
         try:
-            return self._read(self._open(), topic, partition, wanted, time.monotonic() + self._timeout_s)
+            if reads:
+                self._read(self._open(), reads, time.monotonic() + self._timeout_s)
         except BaseException:
             self._broken = True  # whatever state the client is in, the next read gets a fresh one
             raise
+        results = {key: reads[key].result if key in reads else RangeResult() for key in wanted}
+        for result in results.values():
+            result.missing.sort()
+            result.gaps.sort()
+        return results
 
     def _open(self) -> Consumer:
         if self._consumer is None:
             raise RuntimeError("this OffsetRangeReader is closed")
         return self._consumer
 
-    def _read(self, consumer: Consumer, topic: str, partition: int, wanted: list[int], deadline: float) -> RangeResult:
-        result = RangeResult()
-        remaining = set(wanted)
-        start = wanted[0]
+    def _read(self, consumer: Consumer, reads: dict[tuple[str, int], _Read], deadline: float) -> None:
+        pending = list(reads.values())
         try:
-            while True:
-                consumer.assign([TopicPartition(topic, partition, start)])
-                scan = self._scan(consumer, topic, partition, start, wanted[-1], remaining, result.records, deadline)
-                result.gaps += [o for o in remaining if o < scan.position]
-                remaining = {o for o in remaining if o >= scan.position}
-                if scan.end is not None:  # the log's end: what lies past it is not there
-                    result.missing += remaining
-                elif scan.out_of_range:  # only now: where does the log start and end?
-                    low, high = self._watermarks(consumer, topic, partition, deadline)
-                    result.missing += [o for o in remaining if o < low or o >= high]
-                    remaining = {o for o in remaining if low <= o < high}
-                    if remaining:
-                        start = min(remaining)
-                        continue
-                break
+            while pending:
+                consumer.assign([TopicPartition(r.topic, r.partition, r.position) for r in pending])
+                self._scan(consumer, reads, pending, deadline)
+                for read in pending:
+                    read.settle()
+                outside = [read for read in pending if read.out_of_range]
+                for read in outside:  # only now: where does the log start and end?
+                    low, high = self._watermarks(consumer, read.topic, read.partition, deadline)
+                    read.result.missing += [o for o in read.remaining if o < low or o >= high]
+                    read.remaining = {o for o in read.remaining if low <= o < high}
+                    read.out_of_range = False
+                    read.position = min(read.remaining, default=read.last + 1)
+                pending = [read for read in outside if read.remaining]
         finally:
             consumer.unassign()
-        result.missing.sort()
-        result.gaps.sort()
-        return result
 
-    def _scan(self, consumer: Consumer, topic: str, partition: int, start: int, last: int, remaining: set[int],
-              found: list[Message], deadline: float) -> _Scan:
-        """Read from ``start`` until past ``last``, the log's end, or a position outside the log."""
-        scan = _Scan(start)
-        while scan.position <= last:
+    def _scan(self, consumer: Consumer, reads: dict[tuple[str, int], _Read], pending: list[_Read],
+              deadline: float) -> None:
+        """Read until every one of ``pending`` is past its last offset, at the log's end, or outside the log."""
+        while open_ := [read for read in pending if not read.done]:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"replaying {topic}[{partition}] offsets {start}..{last} at bootstrap.servers="
-                                   f"{self._config.get('bootstrap.servers', '')}: {len(remaining)} not read after "
-                                   f"{self._timeout_s:.0f}s")
-            messages = consumer.consume(min(last - scan.position + 1, _CONSUME_BATCH), _CONSUME_WAIT_S)
-            if not any(map(Message.error, messages)):  # a fetch's records alone: taken without a loop per record
-                _keep(messages, remaining, found, scan)
-                continue
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    _keep([message], remaining, found, scan)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    scan.end = scan.position = message_key(message)[2]  # the EOF's offset is the log's end
-                    return scan
-                elif error.code() in _OUT_OF_RANGE:
-                    scan.out_of_range = True
-                    return scan
-                elif not is_transient(error):
-                    raise KafkaException(error)
-                # transient: librdkafka reconnects and refetches on its own
-        return scan
+                shown = ", ".join(f"{r.topic}[{r.partition}] ({len(r.remaining)} offsets)" for r in open_)
+                raise TimeoutError(f"replaying {shown} at bootstrap.servers={self._config.get('bootstrap.servers', '')}"
+                                   f": not read after {self._timeout_s:.0f}s")
+            budget = sum(read.last - read.position + 1 for read in open_)
+            messages = consumer.consume(min(budget, _CONSUME_BATCH), _CONSUME_WAIT_S)
+            errors = list(map(Message.error, messages))
+            start = 0
+            for at in [at for at, error in enumerate(errors) if error is not None]:
+                _keep_fetched(messages[start:at], reads)  # the records between events, taken together
+                _on_event(cast(KafkaError, errors[at]), messages[at], reads, open_)
+                start = at + 1
+            _keep_fetched(messages[start:], reads)
 
     def _watermarks(self, consumer: Consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
         while True:
@@ -200,15 +216,49 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _keep(records: list[Message], remaining: set[int], found: list[Message], scan: _Scan) -> None:
+def _on_event(error: KafkaError, message: Message, reads: Mapping[tuple[str, int], _Read], open_: list[_Read]) -> None:
+    """A partition's end, a position outside the log, or a client error; transient ones librdkafka recovers from
+    on its own (it reconnects and fetches again)."""
+    hit = reads.get((message.topic(), message.partition()))  # type: ignore[arg-type]
+    if error.code() == KafkaError._PARTITION_EOF and hit is not None:
+        hit.end = hit.position = cast(int, message.offset())  # the EOF's offset is the log's end
+    elif error.code() in _OUT_OF_RANGE:
+        for read in [hit] if hit is not None else open_:  # no partition named: ask about each
+            read.out_of_range = True
+    elif not is_transient(error):
+        raise KafkaException(error)
+
+
+def _keep_fetched(records: list[Message], reads: Mapping[tuple[str, int], _Read]) -> None:
+    """Keep the wanted ones of ``records`` (runs of one partition's, each in offset order; records of a partition
+    not read are dropped) and move each partition's position past its records."""
+    if not records:
+        return
+    if len(reads) == 1:  # one partition assigned: every record is its
+        _keep(records, next(iter(reads.values())))
+        return
+    # runs of one partition's records, found without a loop per record
+    runs = np.fromiter(map(Message.partition, records), np.int64, len(records))
+    topics = sorted({topic for topic, _ in reads})
+    if len(topics) > 1:  # the same partition number of two topics: apart, too
+        index: dict[str | None, int] = {t: i for i, t in enumerate(topics)}
+        runs += np.fromiter(map(index.__getitem__, map(Message.topic, records)), np.int64, len(records)) << 32
+    bounds = [0, *(np.flatnonzero(np.diff(runs)) + 1).tolist(), len(records)]
+    for start, end in itertools.pairwise(bounds):
+        read = reads.get((records[start].topic(), records[start].partition()))  # type: ignore[arg-type]
+        if read is not None:
+            _keep(records[start:end], read)
+
+
+def _keep(records: list[Message], read: _Read) -> None:
     """Keep the wanted ones of ``records`` (one partition's, in offset order) and move the position past them."""
     if not records:
         return
     offsets = cast(list[int], list(map(Message.offset, records)))  # a fetched record always has its offset
-    if remaining.issuperset(offsets):
-        found += records
+    if read.remaining.issuperset(offsets):
+        read.result.records += records
     else:
-        found += [record for record, offset in zip(records, offsets, strict=True) if offset in remaining]
-    remaining.difference_update(offsets)
-    scan.position = offsets[-1] + 1
-
+        read.result.records += [record for record, offset in zip(records, offsets, strict=True)
+                                if offset in read.remaining]
+    read.remaining.difference_update(offsets)
+    read.position = offsets[-1] + 1

@@ -17,7 +17,7 @@ from pyspark.sql.datasource import InputPartition
 
 from sharegroup_source.acks import record_keys
 from sharegroup_source.errors import DataLossError
-from sharegroup_source.offset_reader import OffsetRangeReader
+from sharegroup_source.offset_reader import OffsetRangeReader, RangeResult
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
 from state_store import OffsetRange
@@ -64,12 +64,13 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _replay(part: ReplayPartition) -> pa.Table:
+    """The task's ranges, read at once: their partitions' fetches go out together."""
     with OffsetRangeReader(part.client_config) as reader:
-        return pa.concat_tables([_replay_range(reader, part, held) for held in part.ranges])
+        results = reader.read_many({(held.topic, held.partition): held.offsets() for held in part.ranges})
+    return pa.concat_tables([_replay_range(results[held.topic, held.partition], part, held) for held in part.ranges])
 
 
-def _replay_range(reader: OffsetRangeReader, part: ReplayPartition, held: OffsetRange) -> pa.Table:
-    result = reader.read(held.topic, held.partition, held.offsets())
+def _replay_range(result: RangeResult, part: ReplayPartition, held: OffsetRange) -> pa.Table:
     if result.missing and part.fail_on_data_loss:
         shown = ", ".join(map(str, result.missing[:10])) + (" ..." if len(result.missing) > 10 else "")
         raise DataLossError(
@@ -100,7 +101,6 @@ def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table
     for topic, partition, offset in counts:
         wanted.setdefault((topic, partition), []).append(offset)
     with OffsetRangeReader(client_config) as reader:
-        records = sorted((m for (topic, partition), offsets in sorted(wanted.items())
-                          for m in reader.read(topic, partition, offsets).records), key=message_key)
+        records = sorted((m for result in reader.read_many(wanted).values() for m in result.records), key=message_key)
     return records_to_arrow(records, 0, include_headers=True,
                             delivery_counts=[counts[message_key(m)] for m in records])

@@ -147,6 +147,32 @@ def test_a_transaction_marker_inside_the_range_is_a_gap(kafka: KafkaUnderTest, p
     assert _values(beyond) == [b"in-txn"] and beyond.gaps == [1] and beyond.missing == [2]
 
 
+def test_a_read_of_many_partitions_at_once_answers_each_as_a_read_of_it_alone(kafka: KafkaUnderTest,
+                                                                            pool: ConsumerPool):
+    """One task reads several partitions' ranges with one assignment: records interleave in the client's queue,
+    one partition reaches its log's end, another starts below its log's start, and two topics share a
+    partition number; every partition's answer is what reading it alone gives."""
+    trimmed = kafka.new_topic(1)
+    start = _trim_log(kafka, trimmed)
+    other = kafka.new_topic(3)
+    kafka.produce(other, [(p, None, f"{p}-{i}".encode()) for i in range(300) for p in range(3)])
+    wanted = {(other, 0): range(0, 250), (other, 1): range(100, 305), (other, 2): [7, 299],
+              (trimmed, 0): [1, start, start + 1]}
+    with OffsetRangeReader(kafka.config(), timeout_s=20, pool=pool) as reader:
+        together = reader.read_many(wanted)
+        alone = {key: reader.read(*key, offsets) for key, offsets in wanted.items()}
+    assert set(together) == set(wanted)
+    for key in wanted:
+        assert _values(together[key]) == _values(alone[key]), key
+        assert (together[key].missing, together[key].gaps) == (alone[key].missing, alone[key].gaps), key
+    assert _values(together[other, 0]) == [f"0-{i}".encode() for i in range(250)]
+    assert _values(together[other, 1]) == [f"1-{i}".encode() for i in range(100, 300)]
+    assert together[other, 1].missing == [300, 301, 302, 303, 304]
+    assert _values(together[other, 2]) == [b"2-7", b"2-299"]
+    assert [m.offset() for m in together[trimmed, 0].records] == [start, start + 1]
+    assert together[trimmed, 0].missing == [1]
+
+
 def _trim_log(kafka: KafkaUnderTest, topic: str) -> int:
     """Push partition 0's first records out of its log; returns its new start offset (records remain after it)."""
     if kafka.apache is None:  # the embedded broker keeps at most 5 MiB per partition

@@ -52,6 +52,12 @@ class Coordinator(Protocol):
         """
         ...
 
+    def acquire_ahead(self, max_records: int | None) -> None:
+        """Start acquiring the next batch while Spark runs this one, where the coordinator can: the next
+        ``acquire`` with the same ``max_records`` returns what it got. The driver asks once an epoch is
+        ledgered, never under AvailableNow (records taken ahead past its target would spend a delivery)."""
+        ...
+
     def archived(self) -> pa.Table:
         """Positions (``schema.POSITIONS``) the group archived at its delivery-count limit since the last call,
         where the coordinator can tell: the driver dead-letters them, since nobody will get them again."""

@@ -69,6 +69,9 @@ class BrokerCoordinator:
         """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
         return records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
 
+    def acquire_ahead(self, max_records: int | None) -> None:
+        """Nothing: an explicit-mode member cannot poll again before its last poll is acknowledged."""
+
     def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
         """Stage and commit ``acks``. A share-partition the commit has no result for failed too: nothing
         says the broker applied its acknowledgements, and counting it ACKED would let a redelivery pass as new."""

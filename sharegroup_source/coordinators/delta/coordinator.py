@@ -10,8 +10,10 @@ cluster, share groups enabled or not.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,6 +32,10 @@ if TYPE_CHECKING:  # options imports the broker's client configuration
 
 __all__ = ["DeltaCoordinator", "positions", "query_member_prefix"]
 
+log = logging.getLogger(__name__)
+
+#: Ranges to settle per share-partition: (first, last, how), as ``GroupMember.settle`` takes them.
+Ranges = dict[tuple[str, int], list[tuple[int, int, AckType]]]
 #: How often an idle acquisition looks at the log ends again while it waits for records.
 IDLE_CHECK_S = 0.2
 
@@ -41,7 +47,11 @@ class DeltaCoordinator:
         """``max_records`` bounds an acquisition; None: what the subscribed share-partitions' in-flight
         windows hold (partitions x the group's ``share.partition.max.record.locks``)."""
         self._member = member
-        self._max_records = max_records or member.group.settings.max_record_locks * sum(member.partitions.values())
+        self._windows = member.group.settings.max_record_locks * sum(member.partitions.values())
+        self._max_records = max_records or self._windows
+        # the next batch's acquisition, started while Spark runs this one: (records asked for, its future)
+        self._ahead: tuple[int, Future[list[Held]]] | None = None
+        self._threads = ThreadPoolExecutor(1, thread_name_prefix=f"acquire-ahead-{member.member_id}")
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
@@ -75,18 +85,39 @@ class DeltaCoordinator:
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Positions (``schema.POSITIONS``) of at most ``max_records`` records, waiting up to ``wait_s`` for some."""
+        limit = max_records or self._max_records
+        held = self._taken_ahead(limit)
         deadline = time.monotonic() + wait_s
-        while True:
-            held = self._member.acquire(max_records or self._max_records)
+        while not held:
+            held = self._member.acquire(limit)
             if held or time.monotonic() >= deadline:
-                return positions(held)
+                break
             time.sleep(min(IDLE_CHECK_S, max(deadline - time.monotonic(), 0)))
+        return positions(held)
+
+    def acquire_ahead(self, max_records: int | None) -> None:
+        """Acquire the next batch in a thread while Spark runs this one: the acquisition's compare-and-swap commit
+        and log-bounds lookup leave the next ``latestOffset``. Only when a batch cannot hold every in-flight
+        window: otherwise this batch holds them all until it settles, and nothing would be left to take."""
+        limit = max_records or self._max_records
+        if self._ahead is None and limit < self._windows:
+            self._ahead = (limit, self._threads.submit(self._member.acquire, limit))
+
+    def _taken_ahead(self, limit: int) -> list[Held]:
+        """What ``acquire_ahead`` got (its error, if it failed); given back if it was asked for another size."""
+        if self._ahead is None:
+            return []
+        (asked, future), self._ahead = self._ahead, None
+        held = future.result()
+        if asked != limit and held:  # the read limit changed: the batch must not exceed the new one
+            self._member.settle(_ranges((h.topic, h.partition, h.records.first, h.records.last, AckType.RELEASE)
+                                        for h in held))
+            return []
+        return held
 
     def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
         """Settle ``acks`` in one commit."""
-        ranges: dict[tuple[str, int], list[tuple[int, int, AckType]]] = {}
-        for run in acks:
-            ranges.setdefault((run.topic, run.partition), []).append((run.first, run.last, run.type))
+        ranges = _ranges((run.topic, run.partition, run.first, run.last, run.type) for run in acks)
         return self._member.settle(ranges) if ranges else {}
 
     def archived(self) -> pa.Table:
@@ -94,7 +125,23 @@ class DeltaCoordinator:
         return positions(self._member.archived())
 
     def close(self) -> None:
+        """Leave the group, giving back what is held: what was acquired ahead too."""
+        if self._ahead is not None:
+            error = self._ahead[1].exception()  # waits: the member must not close under an acquisition
+            if error is not None:
+                log.info("member %s: the acquisition ahead failed while the query stopped: %s",
+                         self._member.member_id, error)
+            self._ahead = None
+        self._threads.shutdown()
         self._member.close()
+
+
+def _ranges(runs: Iterable[tuple[str, int, int, int, AckType]]) -> Ranges:
+    """Runs (topic, partition, first, last, type) grouped by share-partition, as ``GroupMember.settle`` takes them."""
+    ranges: Ranges = {}
+    for topic, partition, first, last, kind in runs:
+        ranges.setdefault((topic, partition), []).append((first, last, kind))
+    return ranges
 
 
 def positions(held: Sequence[Held]) -> pa.Table:

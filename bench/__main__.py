@@ -9,7 +9,7 @@ SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records
 ``broker`` (format("sharegroup") with its default options into noop: one poll per batch, sized by the
 share-partitions' in-flight windows), ``broker_tuned`` (the broker coordinator with the README's recommended
 checkpointLocation and one task per batch however many records the windows hold),
-``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 25,000) and
+``delta`` (coordinator=delta, maxRecordsPerTrigger 100,000, maxRecordsPerPartition 50,000: the default) and
 ``spark_kafka`` (Spark's format("kafka"), maxOffsetsPerTrigger 100,000), plus Kafka's own share consumer
 perf tool (the Java client) as a second plain yardstick; medians of 3 interleaved
 rounds (round r runs every consumer at every partition count before round r+1). Beside them the

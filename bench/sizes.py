@@ -118,10 +118,10 @@ class Sizes:
     def full(cls) -> Sizes:
         return cls(records=50_000, value_bytes=64, main_partitions=4, max_records_per_partition=(2_000,),
                    story=StorySizes(partition_counts=(2, 4, 8, 16), rounds=3, records=600_000, trigger=100_000,
-                                    task=25_000, broker_windows=10, broker_records_min=120_000,
+                                    task=50_000, broker_windows=10, broker_records_min=120_000,
                                     spark_cost_batches=7),
                    ledger_epochs=100, memory_batches=4,
-                   delta=DeltaSizes(records=400_000, trigger=100_000, task=25_000, rounds=1, reader_passes=4,
+                   delta=DeltaSizes(records=400_000, trigger=100_000, task=50_000, rounds=1, reader_passes=4,
                                     coordination_passes=2, bytes_records=4_000, bytes_epoch=1_000,
                                     member_records=30_000, member_poll_records=500))
 

@@ -5,7 +5,8 @@
 # MAGIC Runs as a job task on a cluster with the `sharegroup-source` wheel (built from the repository:
 # MAGIC `pip wheel --no-deps -w dist .`; it is on no public index) installed as a cluster or job
 # MAGIC library, or with `%pip install /Volumes/<catalog>/<schema>/<volume>/sharegroup_source-0.1.0-py3-none-any.whl`
-# MAGIC in the notebook. Needs a Databricks Runtime with Apache Spark 4.2 or later; not tried on Databricks.
+# MAGIC in the notebook. Needs a Databricks Runtime with Apache Spark 4.0 or later (17.3 LTS and later); not tried on
+# MAGIC Databricks (Spark 4.0 and Spark Connect are tested locally: README, Versions).
 # MAGIC Kafka credentials come from a secret scope; the source never prints `kafka.sasl.*` or passwords.
 # MAGIC
 # MAGIC Job parameters (widgets): `bootstrap`, `group`, `topic`, `state_location`, `checkpoint`, `table`.
@@ -49,6 +50,8 @@ orders = (
     .option("kafka.sasl.password", password)
     .option("subscribe", param("topic"))
     .option("stateLocation", param("state_location"))
+    # the query's own checkpoint: acknowledgements follow Spark's commits; Spark 4.0/4.1 need it
+    .option("checkpointLocation", param("checkpoint"))
     .option("maxRecordsPerTrigger", 10_000)
     .option("maxRecordsPerPartition", 2_000)
     .load()

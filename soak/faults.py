@@ -2,7 +2,9 @@
 
 Each fault returns whether it really happened (a fault that waits for a batch may find none in
 time); only those that happened are counted. Faults that need the embedded broker (node down,
-injected protocol errors, a short acquisition lock) are left out on a real cluster.
+injected protocol errors, a short acquisition lock) are left out on a real cluster; faults that
+need the three-broker Apache Kafka the soak started (``--kafka cluster``: a broker killed with
+kill -9, or restarted as an upgrade does, mid-batch) are left out everywhere else.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.kafka_cluster import KafkaCluster
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from sharegroup_source.testing.workers import kill_source_workers
 from soak.member import IndependentMember
@@ -43,12 +46,18 @@ class SoakContext:
     topic: str
     group: str
     lock_ms: int
+    partitions: int = 1
     members: list[IndependentMember] = field(default_factory=list)
 
     @property
     def broker(self) -> EmbeddedBroker:
         assert self.kafka.embedded is not None, "a broker fault was scheduled on a real cluster"
         return self.kafka.embedded
+
+    @property
+    def cluster(self) -> KafkaCluster:
+        assert self.kafka.cluster is not None, "a cluster fault was scheduled on a cluster the soak did not start"
+        return self.kafka.cluster
 
     def wait(self, event: threading.Event, timeout_s: float = ARM_TIMEOUT_S) -> bool:
         """Wait for ``event`` while keeping the query running (an earlier fault may have ended it)."""
@@ -66,6 +75,7 @@ class Fault:
     name: str
     needs_embedded: bool
     inject: Callable[[SoakContext], bool]
+    needs_cluster: bool = False
 
 
 def _task_failure(ctx: SoakContext) -> bool:
@@ -125,6 +135,36 @@ def _lock_expired(ctx: SoakContext) -> bool:
         ctx.broker.set_lock_duration(ctx.lock_ms)
 
 
+def _down_for_a_while(ctx: SoakContext, node: int, stop: Callable[[int], None]) -> bool:
+    """Take ``node`` down mid-batch with ``stop``, keep the query running 2-6 s, then start it again
+    (back in every ISR before the next fault, as an operator would wait)."""
+    if not ctx.wait(ctx.sink.arm_pause(1.0)):
+        return False
+    stop(node)
+    try:
+        deadline = time.monotonic() + ctx.rng.uniform(2.0, 6.0)
+        while time.monotonic() < deadline:
+            ctx.query.ensure_running()
+            time.sleep(0.2)
+    finally:
+        ctx.cluster.restart(node)
+    return True
+
+
+def _broker_killed(ctx: SoakContext) -> bool:
+    """kill -9 the leader of a random subscribed partition (or another node), then restart it."""
+    cluster = ctx.cluster
+    node = (cluster.leader_of(ctx.topic, ctx.rng.randrange(ctx.partitions)) if ctx.rng.random() < 0.7
+            else ctx.rng.choice(list(cluster.nodes)))
+    return _down_for_a_while(ctx, node, cluster.kill)
+
+
+def _broker_restarted(ctx: SoakContext) -> bool:
+    """A controlled restart of one node (SIGTERM, as in a rolling upgrade): its leaderships move first."""
+    cluster = ctx.cluster
+    return _down_for_a_while(ctx, ctx.rng.choice(list(cluster.nodes)), cluster.stop_node)
+
+
 def _member_joined(ctx: SoakContext) -> bool:
     """Another ShareConsumer joins the group for a few seconds, then leaves."""
     if any(m.is_alive() for m in ctx.members):
@@ -144,17 +184,20 @@ FAULTS = (
     Fault("share_ack_errors", True, _ack_errors),
     Fault("lock_expired", True, _lock_expired),
     Fault("member_joined", False, _member_joined),
+    Fault("broker_killed", False, _broker_killed, needs_cluster=True),
+    Fault("broker_restarted", False, _broker_restarted, needs_cluster=True),
 )
 
 
-def applicable(embedded: bool) -> list[Fault]:
-    """The faults this cluster can take: all on the embedded broker, those outside the broker on a real one."""
-    return [f for f in FAULTS if embedded or not f.needs_embedded]
+def applicable(embedded: bool, cluster: bool = False) -> list[Fault]:
+    """The faults this cluster can take: all but the cluster's on the embedded broker, those outside the
+    broker on a real one, and broker kills and restarts on the three-broker cluster the soak started."""
+    return [f for f in FAULTS if (embedded or not f.needs_embedded) and (cluster or not f.needs_cluster)]
 
 
-def schedule(rng: random.Random, embedded: bool) -> Iterator[Fault]:
+def schedule(rng: random.Random, embedded: bool, cluster: bool = False) -> Iterator[Fault]:
     """Every applicable kind once in a seeded random order, then kinds drawn at random for ever."""
-    kinds = applicable(embedded)
+    kinds = applicable(embedded, cluster)
     first = rng.sample(kinds, len(kinds))
     yield from first
     while True:

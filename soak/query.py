@@ -26,6 +26,8 @@ class SoakQuery:
         self.starts = 0
         self.expected_failures_seen = 0
         self.unexpected_failures: list[str] = []
+        #: the whole message of each unexpected failure (the Python traceback is in its middle)
+        self.unexpected_details: list[str] = []
 
     def start(self) -> None:
         frame = self._spark.readStream.format("sharegroup").options(**self._options).load()
@@ -81,3 +83,4 @@ class SoakQuery:
             # the first line names Spark's error class, the last one the exception that caused it
             shown = lines[0][:200] + (f" ... {lines[-1][:200]}" if len(lines) > 1 else "")
             self.unexpected_failures.append(shown)
+            self.unexpected_details.append(message)

@@ -55,7 +55,7 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
                "stateLocation": str(work / "state"), "maxRecordsPerTrigger": "1000",
                "maxRecordsPerPartition": "300", "pollTimeoutMs": "500", "lockDurationMs": str(settings.lock_ms)}
     query = SoakQuery(spark, options, work / "checkpoint", sink)
-    ctx = SoakContext(rng, kafka, query, sink, topic, group, settings.lock_ms)
+    ctx = SoakContext(rng, kafka, query, sink, topic, group, settings.lock_ms, settings.partitions)
     producer = NumberedProducer(kafka.config(), topic, settings.partitions, settings.records_per_s)
     faults: Counter[str] = Counter()
     started = time.monotonic()
@@ -63,8 +63,9 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
         query.start()
         _keep_running(query, 2.0)  # the member joins before any record exists
         producer.start()
-        kinds = schedule(rng, kafka.is_embedded)
-        pending = {f.name for f in applicable(kafka.is_embedded)}
+        on_cluster = kafka.cluster is not None
+        kinds = schedule(rng, kafka.is_embedded, on_cluster)
+        pending = {f.name for f in applicable(kafka.is_embedded, on_cluster)}
         while _injecting(time.monotonic() - started, settings.fault_seconds, pending):
             _keep_running(query, rng.uniform(*settings.gap_s))
             fault = next(kinds)
@@ -85,6 +86,8 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
         if kafka.embedded is not None:
             kafka.embedded.set_session_timeout(EMBEDDED_SESSION_TIMEOUT_MS)
             kafka.embedded.set_up(-1)
+        if kafka.cluster is not None:
+            kafka.cluster.heal()
     return _account(settings, faults, producer, sink, accepted, query, StateStore(str(work / "state")), group,
                     time.monotonic() - started)
 

@@ -34,6 +34,8 @@ class SinkRows:
 
     batches_by_position: dict[tuple[int, int], list[int]]
     numbers: frozenset[int]
+    #: rows the group delivered more than once before this query emitted them (a lock expired elsewhere)
+    redelivered: int = 0
 
     @property
     def duplicated(self) -> int:
@@ -104,7 +106,7 @@ class BatchSink:
         if failure is not None and not failure.after_write:
             failure.done.set()
             raise InjectedSinkFailure(f"{INJECTED_MARK} before writing batch {batch_id}")
-        frame.select("partition", "offset", "value").write.mode("overwrite").parquet(
+        frame.select("partition", "offset", "value", "deliveryCount").write.mode("overwrite").parquet(
             str(self.path / f"batch={batch_id}"))
         self.last_batch = max(self.last_batch, batch_id)
         if slow is not None:
@@ -129,10 +131,11 @@ class BatchSink:
         if not self.path.exists():
             return SinkRows({}, frozenset())
         table = ds.dataset(self.path, format="parquet", partitioning="hive").to_table(
-            columns=["partition", "offset", "value", "batch"])
+            columns=["partition", "offset", "value", "deliveryCount", "batch"])
         batches: dict[tuple[int, int], list[int]] = defaultdict(list)
         for partition, offset, batch in zip(*(table.column(c).to_pylist() for c in ("partition", "offset", "batch")),
                                             strict=True):
             batches[(partition, offset)].append(batch)
         numbers = frozenset(record_number(v) for v in table.column("value").to_pylist())
-        return SinkRows(dict(batches), numbers)
+        redelivered = sum(1 for count in table.column("deliveryCount").to_pylist() if count and count > 1)
+        return SinkRows(dict(batches), numbers, redelivered)

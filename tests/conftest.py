@@ -51,11 +51,22 @@ def kafka(request) -> Iterator[KafkaUnderTest]:
         consumer_pool().close()
 
 
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaUnderTest]:
+    """Three Apache Kafka brokers (tests marked ``cluster``), started once per session: 7-11 s here."""
+    with kafka_session("cluster") as under_test:
+        assert under_test.cluster is not None
+        print(f"\nthree-broker Apache Kafka started in {under_test.cluster.start_seconds:.1f} s")
+        yield under_test
+        consumer_pool().close()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed Kafka-facing test says which peer it ran on and where that broker's log is."""
     report = yield
-    under_test = getattr(item, "funcargs", {}).get("kafka")
+    funcargs = getattr(item, "funcargs", {})
+    under_test = funcargs.get("kafka", funcargs.get("kafka_cluster"))
     if report.failed and isinstance(under_test, KafkaUnderTest):
         report.sections.append(("kafka peer", under_test.describe()))
     return report
@@ -75,6 +86,8 @@ def _faults_end_with_the_test(request):
             under_test.embedded.set_session_timeout(EMBEDDED_SESSION_TIMEOUT_MS)
         if under_test.apache is not None:
             under_test.apache.resume()
+    if "kafka_cluster" in request.fixturenames:  # a node a test killed or froze is back for the next one
+        request.getfixturevalue("kafka_cluster").cluster.heal()
 
 
 @pytest.fixture(scope="session")

@@ -100,7 +100,7 @@ lint: $(STAMP)
 bench: $(STAMP) $(JARS)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-soak: $(STAMP)
+soak: $(STAMP) $(JARS)
 	$(BIN)/python -m soak $(SOAK_ARGS)
 
 broker: $(STAMP)

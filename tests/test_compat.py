@@ -140,3 +140,15 @@ def test_rejected_records_go_to_dead_letters_from_foreach_batch(spark, kafka, tm
     assert collections.Counter((r["partition"], r["value"], r["reason"]) for r in letters) == \
         collections.Counter((p, v, "invalid JSON") for p, v in invalid)
     assert _left_in_group(setup) == []
+
+
+@pytest.mark.skipif(ADMISSION_CONTROL, reason="Spark 4.2+ tells the source where a batch starts: checkpointLocation "
+                                              "is optional there")
+def test_load_without_checkpoint_location_names_the_option_and_this_spark(spark, tmp_path):
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "g", "subscribe": "t",
+               "stateLocation": str(tmp_path / "state")}
+    with pytest.raises(Exception) as raised:
+        spark.readStream.format("sharegroup").options(**options).load()
+    message = str(raised.value)
+    assert "option 'checkpointLocation' is required on Spark " + pyspark.__version__ in message, message[:3000]
+    assert "DATA_SOURCE_NOT_FOUND" not in message

@@ -167,8 +167,8 @@ class _ReaderBase(DataSourceStreamReader):
                 _stopped()
 
 
-
 if ADMISSION_CONTROL:
+
     class ShareGroupStreamReader(_ReaderBase, SupportsTriggerAvailableNow):
         """Spark 4.2+: Spark passes each batch's start and read limit, and runs AvailableNow through us."""
 

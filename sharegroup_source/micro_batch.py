@@ -159,6 +159,7 @@ class MicroBatchDriver:
             return
         self._fence = self.store.ledger.fence(self._group_id, self._run_id,
                                               check=lambda view: self._check_checkpoint(view, offsets, position))
+        self._coordinator.take_over()
         self._read_ledger()
         if self._commit_log is not None:
             self._watcher = CommitWatcher(self._commit_log, self.commit)

@@ -20,7 +20,8 @@ from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.partition_reader import read_partition
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store import FencedError, StateStore
+from state_store import FencedError, RecordState, StateStore
+from state_store.group import GroupStore
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.timing
@@ -159,6 +160,44 @@ def test_a_second_query_refused_at_its_first_call_leaves_the_running_one_alone(k
     finally:
         first.stop()
     _assert_exactly_once(sink, produced)
+
+
+def test_a_refused_delta_query_takes_nothing_from_the_running_one(kafka, tmp_path):
+    """coordinator=delta without checkpointLocation: the second run joins the group before Spark's first call
+    refuses it, but only a run whose checkpoint was accepted takes back the query's earlier runs' locks, so
+    the records the running run holds (its next batch, acquired ahead) stay its own and every acknowledgement
+    takes."""
+    setup = _setup(kafka, tmp_path)
+    produced = kafka.produce_numbered(setup.topic, 400, 2)
+    group = tmp_path / "group"
+    options = setup.source_options(maxRecordsPerTrigger=100, coordinator="delta", groupLocation=str(group),
+                                   **{"share.auto.offset.reset": "earliest"})
+    sink: list = []
+    first = MicroBatchDriver(options)
+    try:
+        start = first.initial_offset()
+        for _ in range(2):  # epochs 1 and 2: a run resuming from epoch 0 cannot be this query's
+            start = _batch(first, start, sink)
+        wait_for(lambda: _acquired(group) == 100, 30, "the running run's next batch, acquired ahead")
+        second = MicroBatchDriver(options, handover_timeout_s=0.5)
+        try:
+            with pytest.raises(StateMismatchError):
+                second.latest_offset(second.initial_offset(), 100)
+        finally:
+            second.stop()
+        assert _acquired(group) == 100
+        produced |= kafka.produce_numbered(setup.topic, 200, 2, first=400)
+        _run_until(first, start, sink, produced)
+        assert first.counters.ack_failures == 0
+    finally:
+        first.stop()
+    _assert_exactly_once(sink, produced)
+
+
+def _acquired(group: Path) -> int:
+    """Records members of the Delta group at ``group`` hold."""
+    return sum(b.last - b.first + 1 for sp in GroupStore.existing(str(group)).share_state.partitions().values()
+               for b in sp.batches if b.state is RecordState.ACQUIRED)
 
 
 def test_the_run_behind_on_one_checkpoint_is_refused_as_a_second_run_of_it(kafka, tmp_path):

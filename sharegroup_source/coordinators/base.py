@@ -41,6 +41,11 @@ class Coordinator(Protocol):
         """How long an acquired record stays locked; None when the member renews its locks while it lives."""
         ...
 
+    def take_over(self) -> None:
+        """The ledger fenced the query's earlier runs: give back at once what they still hold in the group.
+        Called only once the checkpoint was accepted, so a run that is refused takes nothing from a live one."""
+        ...
+
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Records newly acquired for this member, waiting at most ``wait_s`` for some.
 

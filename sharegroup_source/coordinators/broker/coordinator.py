@@ -65,6 +65,10 @@ class BrokerCoordinator:
         """The group's lock duration as the ``lockDurationMs`` option says: clients cannot read the broker's."""
         return self._lock_duration_ms
 
+    def take_over(self) -> None:
+        """Nothing: the broker released the previous run's records when its member left, which the join waited
+        for (a member that died without leaving loses its locks on their expiry)."""
+
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
         return records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)

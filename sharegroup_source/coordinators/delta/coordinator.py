@@ -43,10 +43,12 @@ IDLE_CHECK_S = 0.2
 class DeltaCoordinator:
     """The query run's member of a Delta-coordinated group, behind the driver's Coordinator interface."""
 
-    def __init__(self, member: GroupMember, max_records: int | None = None):
+    def __init__(self, member: GroupMember, max_records: int | None = None, query_prefix: str | None = None):
         """``max_records`` bounds an acquisition; None: what the subscribed share-partitions' in-flight
-        windows hold (partitions x the group's ``share.partition.max.record.locks``)."""
+        windows hold (partitions x the group's ``share.partition.max.record.locks``). ``query_prefix``: the
+        member ids of the query's runs (``query_member_prefix``), for a query's member; None for a worker."""
         self._member = member
+        self._query_prefix = query_prefix
         self._windows = member.group.settings.max_record_locks * sum(member.partitions.values())
         self._max_records = max_records or self._windows
         # the next batch's acquisition, started while Spark runs this one: (records asked for, its future)
@@ -56,19 +58,13 @@ class DeltaCoordinator:
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
              handover_timeout_s: float | None = None) -> DeltaCoordinator:
-        """Join as ``<query prefix><run id>`` and take back what the query's earlier runs still hold:
-        the ledger fences those runs, so nothing waits for their locks to expire."""
+        """Join as ``<query prefix><run id>``; ``take_over`` gives back what the query's earlier runs hold."""
         assert options.group_location is not None, "options require groupLocation with coordinator=delta"
         group = GroupStore.open(options.group_location, options.group_id, options.group_settings,
                                 storage_options=dict(options.storage_options))
         prefix = query_member_prefix(options.state_location)
         member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics)
-        try:
-            member.take_over(prefix)
-        except BaseException:
-            member.close()
-            raise
-        return cls(member, options.max_poll_records)
+        return cls(member, options.max_poll_records, prefix)
 
     @property
     def member_id(self) -> str:
@@ -82,6 +78,12 @@ class DeltaCoordinator:
     def lock_duration_ms(self) -> int | None:
         """None: the member renews its locks while it lives, so a held record never expires under a batch."""
         return None
+
+    def take_over(self) -> None:
+        """Give back what the query's earlier runs hold, so nothing waits for their locks to expire: the ledger
+        fenced those runs. Only then: a run refused at its checkpoint check must not take a live run's records."""
+        if self._query_prefix is not None:
+            self._member.take_over(self._query_prefix)
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Positions (``schema.POSITIONS``) of at most ``max_records`` records, waiting up to ``wait_s`` for some."""

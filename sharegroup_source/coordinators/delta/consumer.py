@@ -270,8 +270,8 @@ class DeltaShareConsumer:
             wanted.setdefault((topic, partition), []).append(offset)
         messages: list[DeltaMessage] = []
         empty: list[Position] = []
-        for (topic, partition), offsets in sorted(wanted.items()):
-            result = self._reader.read(topic, partition, offsets)
+        results = self._reader.read_many(wanted)  # the partitions' fetches go out together
+        for (topic, partition), result in sorted(results.items()):
             if result.missing:
                 log.warning("%d offset(s) of %s[%d] the group handed out are no longer in the log (retention); "
                             "they are acknowledged without a record", len(result.missing), topic, partition)

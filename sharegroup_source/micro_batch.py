@@ -186,18 +186,20 @@ class MicroBatchDriver:
         """Always epoch 0: Spark asks again when it re-runs batch 0, so the answer must not move."""
         return EpochOffset(0).json()
 
-    def latest_offset(self, start: Mapping, max_records: int | None) -> dict:
+    def latest_offset(self, start: Mapping, max_records: int | None, acquire_ahead: bool = True) -> dict:
+        """The next epoch's end offset. ``acquire_ahead``: whether the coordinator may acquire the batch after it
+        while Spark runs this one (never under AvailableNow, which the driver knows of when Spark says so)."""
         with self._lock:
             idle = False  # nothing new: a batch waits on nothing, so the counters go out at once
             try:
-                offset = self._latest_offset(EpochOffset.of(start), max_records)
+                offset = self._latest_offset(EpochOffset.of(start), max_records, acquire_ahead)
                 idle = offset.epoch == EpochOffset.of(start).epoch
                 self._dead_letter_archived()
                 return offset.json()
             finally:
                 self._publish_counters(at_once=idle)
 
-    def _latest_offset(self, start: EpochOffset, max_records: int | None) -> EpochOffset:
+    def _latest_offset(self, start: EpochOffset, max_records: int | None, acquire_ahead: bool) -> EpochOffset:
         self._start((start,), start.epoch)
         self.settle_through(start.epoch)
         next_epoch = start.epoch + 1
@@ -236,7 +238,7 @@ class MicroBatchDriver:
         self._emitted.add(entry)
         self.counters.acquired += fresh.num_rows
         self.counters.epochs += 1
-        if self._available_now is None:  # records taken ahead past an AvailableNow target would spend a delivery
+        if acquire_ahead and self._available_now is None:  # taken past an AvailableNow target: a delivery spent
             self._coordinator.acquire_ahead(max_records)
         return self._offset(next_epoch)
 

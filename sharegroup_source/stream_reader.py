@@ -214,7 +214,9 @@ class CheckpointStartReader(_ReaderBase):
         if newest is not None and not committed:
             return newest  # Spark re-runs this batch first; settling it now would acknowledge unprocessed records
         start = newest if newest is not None else self.driver.initial_offset()
-        return self.driver.latest_offset(start, self._options.max_records_per_trigger)
+        # no batch taken ahead: this Spark's AvailableNow run, one batch, looks like any other here, and a batch
+        # taken ahead would go back at its end with a delivery spent
+        return self.driver.latest_offset(start, self._options.max_records_per_trigger, acquire_ahead=False)
 
 
 class OffsetLog(CommitLog):

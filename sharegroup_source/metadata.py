@@ -6,32 +6,54 @@ silently; users deserve one clear line instead, within a bounded time.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import admin_config, consumer_config
+from sharegroup_source.kafka_clients import (
+    TRANSIENT_BOUND_S,
+    admin_config,
+    consumer_config,
+    is_transient,
+    retry_transient,
+)
+
+#: How soon a topic whose leader is being elected is asked about again.
+_ASK_AGAIN_S = 0.5
+#: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
+_NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
 __all__ = ["log_end_offsets", "partition_counts"]
 
 
 def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:
-    """Partition count of each topic; raises ClusterError naming what is wrong."""
+    """Partition count of each topic; raises ClusterError naming what is wrong.
+
+    A cluster that does not answer fails within ``timeout_s``; a topic whose metadata carries a transient error
+    (its leader being elected after a broker died) is asked about again for up to ``TRANSIENT_BOUND_S``.
+    """
     topics = list(topics)
     servers = config.get("bootstrap.servers", "")
-    # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
-    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as error:
-        raise ClusterError(
-            f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: {error.args[0].str()}"
-        ) from None
-    finally:
-        admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
+    deadline = time.monotonic() + TRANSIENT_BOUND_S
+    while True:
+        try:
+            metadata = _topics(config, servers, timeout_s)
+            moving = {t: found.error for t in topics
+                      if (found := metadata.topics.get(t)) is not None and found.error is not None
+                      and is_transient(found.error)}
+        except KafkaException as exc:  # a broker answered with an error of a cluster in motion
+            metadata, moving = None, {"": exc.args[0]}
+        if not moving and metadata is not None:
+            break
+        if time.monotonic() >= deadline:
+            topic, error = next(iter(moving.items()))
+            raise ClusterError(f"topic {topic or ', '.join(topics)!r} at bootstrap.servers={servers}: still "
+                               f"{error.str()} after {TRANSIENT_BOUND_S:.0f}s")
+        time.sleep(_ASK_AGAIN_S)
     counts = {}
     for topic in topics:
         found = metadata.topics.get(topic)
@@ -42,14 +64,31 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
     return counts
 
 
+def _topics(config: Mapping[str, Any], servers: str, timeout_s: float) -> ClusterMetadata:
+    # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
+    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if is_transient(error) and error.code() not in _NO_ANSWER:
+            raise  # answered, with an error of a cluster in motion: the caller asks again
+        raise ClusterError(
+            f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: {error.str()}"
+        ) from None
+    finally:
+        admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
+
+
 def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
                     ) -> dict[tuple[str, int], int]:
-    """High watermark of every partition of ``partitions`` (topic -> partition count)."""
+    """High watermark of every partition of ``partitions`` (topic -> partition count); a leader that moves is
+    waited for (``retry_transient``)."""
     consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
     try:
-        return {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-                for topic, count in partitions.items() for p in range(count)}
-    except KafkaException as error:
-        raise ClusterError(f"cannot read log end offsets: {error.args[0].str()}") from None
+        return retry_transient(
+            lambda: {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                     for topic, count in partitions.items() for p in range(count)},
+            "read log end offsets", config.get("bootstrap.servers", ""))
     finally:
         consumer.close()

@@ -8,6 +8,7 @@ waited out, and a cluster that stays away fails with one error, not a hang.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -15,7 +16,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sharegroup_source.coordinators.delta.log_bounds import LogBounds
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import is_transient, retry_transient
+from sharegroup_source.kafka_clients import TRANSIENT_BOUND_S, is_transient, retry_transient
+from sharegroup_source.metadata import partition_counts
 
 
 def test_an_election_s_errors_are_waited_out_on_a_fresh_client():
@@ -52,3 +54,18 @@ def test_a_cluster_that_stays_away_is_one_error_after_the_bound():
                                            r"still failing after 3s \(\d+ attempts\)"):
         bounds.of({"orders": 1})
     print(f"gave up after {time.monotonic() - started:.1f} s")
+
+
+def test_a_member_joining_during_an_election_waits_for_the_topics_metadata(kafka):
+    """A Metadata request answered with LEADER_NOT_AVAILABLE (a leader being elected) is asked again: the
+    partition counts come back, not 'cannot reach Kafka'; a wrong address still fails at once."""
+    if not kafka.is_embedded:
+        pytest.skip("needs the embedded broker's fault hooks to fail Metadata requests; the cluster fault tests "
+                    "kill leaders on Apache Kafka")
+    topic = kafka.new_topic(3)
+    kafka.embedded.fail_next("Metadata", ["LEADER_NOT_AVAILABLE"] * 3)
+    assert partition_counts(kafka.config(), [topic]) == {topic: 3}
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=re.escape("cannot reach Kafka at bootstrap.servers=127.0.0.1:1 within 2s")):
+        partition_counts({"bootstrap.servers": "127.0.0.1:1"}, [topic], timeout_s=2)
+    assert time.monotonic() - started < TRANSIENT_BOUND_S, "no broker answered: that is not an error to wait out"

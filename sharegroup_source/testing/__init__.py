@@ -4,6 +4,7 @@ The suite, ``bench/``, ``soak/``, ``examples/demo.py`` and the ``sharegroup`` co
 
 - :mod:`.embedded_broker`: librdkafka's mock cluster as a share-group broker, no JVM.
 - :mod:`.apache_kafka`: Apache Kafka's own broker (single-node KRaft) started from the jars of ``make jars``.
+- :mod:`.kafka_cluster`: three of those brokers, replicated, with the faults of a production cluster.
 - :mod:`.jars`: where those jars are.
 - :mod:`.kafka_peers`: either broker behind one interface (topics, groups, producing, outages).
 - :mod:`.spark`: a local SparkSession with Delta and Spark's Kafka source.

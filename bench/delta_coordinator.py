@@ -234,12 +234,12 @@ def _driver_passes(kafka: KafkaUnderTest, topic: str, records: int, trigger: int
     """The source's driver in delta mode, in Spark's call order, over ``records`` (a fresh group per pass).
 
     Per epoch: ``latest_offset`` (which settles the previous epoch, then acquires), ``commit``,
-    ``plan``. Acquisitions that locked records and settles are timed by wrapping GroupMember's
-    methods; the partitions ``plan`` returns are pickled as Spark's source runner pickles them."""
+    ``plan``. The member's commits (an acquisition carries the settle before it) are timed by wrapping
+    ``GroupMember.acquire``: those that locked records, and those that only settled; the partitions
+    ``plan`` returns are pickled as Spark's source runner pickles them."""
     acquires: list[tuple[float, Any]] = []
-    settles: list[tuple[float, Any]] = []
     epochs: list[dict[str, float]] = []
-    with _timing(GroupMember, "acquire", acquires), _timing(GroupMember, "settle", settles):
+    with _timing(GroupMember, "acquire", acquires):
         for n in range(passes):
             where = root / f"pass-{n}"
             driver = MicroBatchDriver(SourceOptions.parse({
@@ -251,15 +251,15 @@ def _driver_passes(kafka: KafkaUnderTest, topic: str, records: int, trigger: int
             mark = len(acquires)
             try:
                 epochs += _spark_order(driver, records, trigger, timeout_s,
-                                       lambda: sum(seconds for seconds, _ in acquires + settles))
+                                       lambda: sum(seconds for seconds, _ in acquires))
             finally:
                 driver.stop()
             # a pass's first acquisition creates the group's share-partitions: not an epoch's steady cost
-            first = next((i for i in range(mark, len(acquires)) if acquires[i][1]), None)
+            first = next((i for i in range(mark, len(acquires)) if acquires[i][1][1]), None)
             if first is not None:
                 del acquires[first]
-    acquire_s = [seconds for seconds, held in acquires if held]
-    settle_s = [seconds for seconds, _ in settles]
+    acquire_s = [seconds for seconds, (_, held) in acquires if held]
+    settle_s = [seconds for seconds, (settled, held) in acquires if settled and not held]
     total = sum(e["records"] for e in epochs) or 1
     return {"passes": passes, "epochs": len(epochs),
             "records_per_epoch_p50": statistics.median(e["records"] for e in epochs) if epochs else 0,

@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from sharegroup_source.acks import Ack, AckRun, AckType, record_keys, runs_of
-from sharegroup_source.coordinators import Coordinator
+from sharegroup_source.coordinators import Coordinator, Failures
+from sharegroup_source.coordinators.base import Outcome, Settled
 from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
 
-__all__ = ["Acknowledger", "settled_statuses"]
+__all__ = ["Acknowledger", "Settlement", "settled_statuses"]
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,9 @@ class Acknowledger:
         self._lock_duration_ms = lock_duration_ms
         self._read_back = read_back
 
-    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> dict[int, int]:
-        """Acknowledge committed epochs this run holds; returns per epoch how many of its records'
-        acknowledgements failed (they come back from the broker).
+    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> Settlement:
+        """Acknowledge committed epochs this run holds; ``outcome`` tells what took, once the coordinator
+        settled them (it may settle them while Spark runs the next batch).
 
         Rejected records go to the dead letters first, from the payload the driver still holds,
         so a REJECT never leaves a record nowhere. The epochs' statuses (:func:`settled_statuses`)
@@ -52,7 +54,7 @@ class Acknowledger:
         """
         entries = list(entries)
         if not entries:
-            return {}
+            return Settlement([], [], Settled({}))
         decisions = self._store.decisions.for_epochs(self._group_id, [e.epoch for e in entries])
         acks = [run for entry in entries for r in entry.ranges for run in _decided(r, decisions)]
         rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == AckType.REJECT}
@@ -60,12 +62,16 @@ class Acknowledger:
             for entry in entries:
                 self.dead_letter(payloads[entry.epoch] if entry.epoch in payloads else _positions(entry, rejected),
                                  rejected)
-        failed = self.send(acks)
-        unacknowledged = {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
-                          for entry in entries}
-        for entry in entries:
+        return Settlement(entries, acks, self._coordinator.acknowledge(acks) if acks else Settled({}))
+
+    def outcome(self, settlement: Settlement) -> dict[int, int]:
+        """Per epoch of ``settlement``, how many of its records' acknowledgements failed (they come back from the
+        broker): waits for the coordinator, then counts what took, so it is asked once per settlement."""
+        failed = self._count(settlement.acks, settlement.settling.result())
+        for entry in settlement.entries:
             self._warn_on_lock_headroom(entry)
-        return unacknowledged
+        return {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
+                for entry in settlement.entries}
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
         """Keep the rows of ``records`` (output schema with headers, or positions only) that ``reasons``
@@ -105,10 +111,13 @@ class Acknowledger:
             self.send(acks)
 
     def send(self, acks: list[AckRun]) -> set[tuple[str, int]]:
-        """Have the coordinator settle ``acks``; returns the share-partitions whose acknowledgement failed."""
+        """Have the coordinator settle ``acks`` now; returns the share-partitions whose acknowledgement failed."""
         if not acks:
             return set()
-        failures = self._coordinator.acknowledge(acks)
+        return self._count(acks, self._coordinator.acknowledge(acks).result())
+
+    def _count(self, acks: Sequence[AckRun], failures: Failures) -> set[tuple[str, int]]:
+        """Count what took and warn of what did not; returns the share-partitions whose acknowledgement failed."""
         by_type: Counter[AckType] = Counter()
         for run in acks:
             if (run.topic, run.partition) not in failures:
@@ -134,6 +143,18 @@ class Acknowledger:
                         "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
                         "option checkpointLocation so that acknowledgements do not wait for the next trigger",
                         entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """Committed epochs whose acknowledgements the coordinator may still be settling (``Acknowledger.outcome``)."""
+
+    entries: list[LedgerEntry]
+    acks: list[AckRun]
+    settling: Outcome
+
+    def done(self) -> bool:
+        return self.settling.done()
 
 
 def settled_statuses(unacknowledged: Mapping[int, int]) -> dict[int, EpochStatus]:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 
-from sharegroup_source.acknowledger import Acknowledger, settled_statuses
+from sharegroup_source.acknowledger import Acknowledger, Settlement, settled_statuses
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
 from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
@@ -88,6 +88,7 @@ class MicroBatchDriver:
         self._published_at = 0.0
         # statuses of settled epochs, recorded with the next ledger write: one commit per steady epoch
         self._settled: dict[int, EpochStatus] = {}
+        self._settling: list[Settlement] = []  # settlements sent whose outcome is not applied yet, in order
         # None until Spark's first call that names the checkpoint's position: only then does this run know
         # whether the state is its own, so only then does it fence earlier runs (see _start)
         self._fence: Fence | None = None
@@ -162,7 +163,7 @@ class MicroBatchDriver:
         self._coordinator.take_over()
         self._read_ledger()
         if self._commit_log is not None:
-            self._watcher = CommitWatcher(self._commit_log, self.commit)
+            self._watcher = CommitWatcher(self._commit_log, functools.partial(self.commit, at_once=True))
 
     def _read_ledger(self) -> None:
         """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle.
@@ -352,29 +353,29 @@ class MicroBatchDriver:
             self.store.ledger.set_status(self._group_id, emitted, EpochStatus.EMITTED)
         return partitions
 
-    def commit(self, epoch: int) -> None:
-        """Settle through ``epoch``: called by Spark at the next trigger, and by the commit watcher."""
+    def commit(self, epoch: int, at_once: bool = False) -> None:
+        """Settle through ``epoch``: called by Spark at the next trigger, and by the commit watcher, which
+        settles ``at_once`` rather than with the coordinator's next acquisition (Spark may not ask soon)."""
         with self._lock:
             try:
                 self._start((), epoch)
                 self.settle_through(epoch)
+                if at_once:
+                    self._collect(wait=True)
                 self._dead_letter_archived()
             finally:
                 self._publish_counters()
 
     def settle_through(self, epoch: int) -> None:
+        """Acknowledge the epochs this run holds through ``epoch``; their outcome is applied once the coordinator
+        settled them (``_collect``), which a coordinator may do while Spark runs the next batch."""
         held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
-        payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
-        unacknowledged = self._acks.settle(held, payloads)
-        self._settled.update(settled_statuses(unacknowledged))
-        if held and held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
-            self._maintenance.request()
-        for e, records in unacknowledged.items():
-            if records:
-                self._emitted.expect_back(e, records)
-            else:
-                self._emitted.remove_epoch(e)
-                self._decisions.pop(e, None)
+        if held:
+            payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
+            self._settling.append(self._acks.settle(held, payloads))
+            if held[-1].epoch % MAINTAIN_EVERY_EPOCHS == 0:
+                self._maintenance.request()
+        self._collect()
         committed = [self._released.pop(e) for e in sorted(self._released) if e <= epoch]
         for entry in committed:  # released by an earlier run's stop, yet committed by Spark
             self._emitted.add(entry)
@@ -385,6 +386,23 @@ class MicroBatchDriver:
             self.counters.ack_failures += sum(e.record_count for e in foreign)
             for entry in foreign:  # their locks died with their member: every record comes back
                 self._emitted.expect_back(entry.epoch, entry.record_count)
+
+    def _collect(self, wait: bool = False) -> None:
+        """Apply, in order, the outcome of settlements the coordinator finished; with ``wait``, of all of them.
+
+        Before an acquisition is admitted, every settlement sent before it was acquired is applied: a
+        coordinator settles in call order, so a record whose acknowledgement failed is expected back before
+        it can come back."""
+        while self._settling and (wait or self._settling[0].done()):
+            unacknowledged = self._acks.outcome(self._settling[0])  # a failed commit raises here, and next time
+            self._settling.pop(0)
+            self._settled.update(settled_statuses(unacknowledged))
+            for e, records in unacknowledged.items():
+                if records:
+                    self._emitted.expect_back(e, records)
+                else:
+                    self._emitted.remove_epoch(e)
+                    self._decisions.pop(e, None)
 
     def stop(self) -> None:
         """Give back what is held and leave the group; once, however often it is called."""
@@ -402,6 +420,7 @@ class MicroBatchDriver:
             try:
                 if committed is not None:  # Spark committed it and will not call commit for it again
                     self.settle_through(committed)
+                self._collect(wait=True)
                 if self._fence is not None:
                     self._record_settled()
             except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
@@ -465,6 +484,7 @@ class MicroBatchDriver:
             remaining = idle_until - time.monotonic()
             acquired_at_ms = int(time.time() * 1000)
             acquired = self._coordinator.acquire(max_records, max(min(poll_s, remaining), 0.01))
+            self._collect()  # settled before it was acquired: a record that failed to settle is expected back
             fresh = self._admit(acquired, max_records, acquired_at_ms)
             # past the target: acquiring again would take back what was just given back
             if fresh.num_rows or self._past_target or time.monotonic() >= idle_until:

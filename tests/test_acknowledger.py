@@ -36,7 +36,8 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     client = _Answering(answered={("t", 0)})
     coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
-    unacknowledged = Acknowledger(coordinator, store, "q", counters, 30_000, no_read).settle([entry], {})
+    acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read)
+    unacknowledged = acknowledger.outcome(acknowledger.settle([entry], {}))
     assert sum(run.size for run in client.staged) == 15
     assert unacknowledged == {1: 5}
     assert settled_statuses(unacknowledged) == {1: "ACK_FAILED"}

@@ -165,8 +165,8 @@ def test_a_second_query_refused_at_its_first_call_leaves_the_running_one_alone(k
 def test_a_refused_delta_query_takes_nothing_from_the_running_one(kafka, tmp_path):
     """coordinator=delta without checkpointLocation: the second run joins the group before Spark's first call
     refuses it, but only a run whose checkpoint was accepted takes back the query's earlier runs' locks, so
-    the records the running run holds (its next batch, acquired ahead) stay its own and every acknowledgement
-    takes."""
+    the records the running run holds (epoch 2, whose settle rides on the next acquisition, and its next batch,
+    acquired ahead) stay its own and every acknowledgement takes."""
     setup = _setup(kafka, tmp_path)
     produced = kafka.produce_numbered(setup.topic, 400, 2)
     group = tmp_path / "group"
@@ -178,14 +178,14 @@ def test_a_refused_delta_query_takes_nothing_from_the_running_one(kafka, tmp_pat
         start = first.initial_offset()
         for _ in range(2):  # epochs 1 and 2: a run resuming from epoch 0 cannot be this query's
             start = _batch(first, start, sink)
-        wait_for(lambda: _acquired(group) == 100, 30, "the running run's next batch, acquired ahead")
+        wait_for(lambda: _acquired(group) == 200, 30, "the running run's epoch 2 and next batch, acquired ahead")
         second = MicroBatchDriver(options, handover_timeout_s=0.5)
         try:
             with pytest.raises(StateMismatchError):
                 second.latest_offset(second.initial_offset(), 100)
         finally:
             second.stop()
-        assert _acquired(group) == 100
+        assert _acquired(group) == 200
         produced |= kafka.produce_numbered(setup.topic, 200, 2, first=400)
         _run_until(first, start, sink, produced)
         assert first.counters.ack_failures == 0

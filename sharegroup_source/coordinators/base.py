@@ -11,16 +11,42 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 
-__all__ = ["Coordinator", "Failures", "has_not_joined", "not_joined_yet"]
+__all__ = ["Coordinator", "Failures", "Outcome", "Settled", "has_not_joined", "not_joined_yet"]
 
 #: Share-partitions whose acknowledgements did not take, with the reason: their records come back
 Failures = dict[tuple[str, int], str]
+
+
+class Outcome(Protocol):
+    """What became of acknowledgements handed to a coordinator (a ``concurrent.futures.Future`` is one)."""
+
+    def done(self) -> bool:
+        """Whether the coordinator settled them."""
+        ...
+
+    def result(self) -> Failures:
+        """The share-partitions whose acknowledgements did not take; waits for them to be settled."""
+        ...
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The outcome of acknowledgements settled before ``acknowledge`` returned."""
+
+    failures: Failures
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Failures:
+        return self.failures
 
 
 class Coordinator(Protocol):
@@ -58,9 +84,10 @@ class Coordinator(Protocol):
         ...
 
     def acquire_ahead(self, max_records: int | None) -> None:
-        """Start acquiring the next batch while Spark runs this one, where the coordinator can: the next
-        ``acquire`` with the same ``max_records`` returns what it got. The driver asks once an epoch is
-        ledgered, never under AvailableNow (records taken ahead past its target would spend a delivery)."""
+        """Spark is about to run a batch: settle what ``acknowledge`` was given and start acquiring the next batch
+        meanwhile, where the coordinator can (the next ``acquire`` with the same ``max_records`` returns what it
+        got). The driver calls it once an epoch is ledgered, never under AvailableNow (records taken ahead past
+        its target would spend a delivery)."""
         ...
 
     def archived(self) -> pa.Table:
@@ -68,8 +95,13 @@ class Coordinator(Protocol):
         where the coordinator can tell: the driver dead-letters them, since nobody will get them again."""
         ...
 
-    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
-        """Settle runs of records this member holds (a RELEASE gives them back); returns what did not take."""
+    def acknowledge(self, acks: Sequence[AckRun]) -> Outcome:
+        """Settle runs of records this member holds (a RELEASE gives them back); the outcome says what did not take.
+
+        Settled in call order, at the latest with the next ``acquire`` or ``acquire_ahead``, or when the
+        outcome is waited for: a coordinator may let them ride on its next acquisition (the delta
+        coordinator does, so the settle's commit leaves the batch's path and costs no commit of its own).
+        """
         ...
 
     def close(self) -> None:

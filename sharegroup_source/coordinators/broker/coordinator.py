@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
-from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.schema import POSITIONS, records_to_arrow
@@ -76,9 +76,13 @@ class BrokerCoordinator:
     def acquire_ahead(self, max_records: int | None) -> None:
         """Nothing: an explicit-mode member cannot poll again before its last poll is acknowledged."""
 
-    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
-        """Stage and commit ``acks``. A share-partition the commit has no result for failed too: nothing
-        says the broker applied its acknowledgements, and counting it ACKED would let a redelivery pass as new."""
+    def acknowledge(self, acks: Sequence[AckRun]) -> Settled:
+        """Stage and commit ``acks`` before returning: the member cannot poll before they are committed."""
+        return Settled(self._commit(acks))
+
+    def _commit(self, acks: Sequence[AckRun]) -> Failures:
+        """A share-partition the commit has no result for failed too: nothing says the broker applied its
+        acknowledgements, and counting it ACKED would let a redelivery pass as new."""
         if not acks:
             return {}
         self._client.acknowledge_runs(acks)

@@ -177,7 +177,7 @@ class DeltaShareConsumer:
             messages, self._gaps = self._read(positions)
             self._dead_letter_archived()
         except BaseException:  # the caller got nothing, yet the member would renew these locks: give them back
-            coordinator.acknowledge(releases(positions))
+            coordinator.acknowledge(releases(positions)).result()
             raise
         self._in_flight = {(m.topic(), m.partition(), m.offset()): m for m in messages}
         return messages
@@ -244,7 +244,7 @@ class DeltaShareConsumer:
             return {}
         self._dead_letter([self._in_flight[p] for p, t in self._staged.items() if t is AckType.REJECT],
                           REJECTED_REASON)
-        failures = self._subscribed().acknowledge(runs_of(acks))
+        failures = self._subscribed().acknowledge(runs_of(acks)).result()
         for position in self._staged:
             del self._in_flight[position]
         self._staged.clear()

@@ -1,7 +1,8 @@
 """The ``delta`` coordinator: the share group's state lives in a Delta table; Kafka only serves the log.
 
 The driver's member locks offset ranges in the group's ``share_state`` table (one commit per
-acquisition, one per settle) and hands the ranges to Spark; executors read the records
+acquisition, one per settle, both in the member's own thread while Spark runs a batch) and hands
+the ranges to Spark; executors read the records
 themselves with a plain consumer, so no record passes through the driver and many tasks read
 one Kafka partition. Only Metadata, ListOffsets and Fetch reach Kafka: queue semantics on any
 cluster, share groups enabled or not.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
-from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.base import Failures, Outcome, Settled
 from sharegroup_source.coordinators.delta.member import GroupMember, Held
 from sharegroup_source.schema import POSITIONS
 from state_store import AckType
@@ -34,14 +35,21 @@ __all__ = ["DeltaCoordinator", "positions", "query_member_prefix"]
 
 log = logging.getLogger(__name__)
 
-#: Ranges to settle per share-partition: (first, last, how), as ``GroupMember.settle`` takes them.
+#: Ranges to settle per share-partition: (first, last, how), as ``GroupMember.acquire`` settles them.
 Ranges = dict[tuple[str, int], list[tuple[int, int, AckType]]]
+#: A member commit's outcome: each riding settle's failures, and what was acquired.
+Committed = tuple[list[Failures], list[Held]]
 #: How often an idle acquisition looks at the log ends again while it waits for records.
 IDLE_CHECK_S = 0.2
 
 
 class DeltaCoordinator:
-    """The query run's member of a Delta-coordinated group, behind the driver's Coordinator interface."""
+    """The query run's member of a Delta-coordinated group, behind the driver's Coordinator interface.
+
+    Acknowledgements ride on the member's next commit, as a ShareFetch carries them: the acquisition
+    ahead (one commit per batch, in the member's thread while Spark runs the batch), the next
+    ``acquire``, or, when someone waits for their outcome, a commit of their own.
+    """
 
     def __init__(self, member: GroupMember, max_records: int | None = None, query_prefix: str | None = None):
         """``max_records`` bounds an acquisition; None: what the subscribed share-partitions' in-flight
@@ -51,9 +59,12 @@ class DeltaCoordinator:
         self._query_prefix = query_prefix
         self._windows = member.group.settings.max_record_locks * sum(member.partitions.values())
         self._max_records = max_records or self._windows
+        # the member's commits run here one at a time, in call order, so an acquisition never overtakes a settle
+        # that frees what it would acquire
+        self._turns = ThreadPoolExecutor(1, thread_name_prefix=f"member-{member.member_id}")
+        self._riding: list[_Riding] = []  # acknowledgements not sent yet, in call order
         # the next batch's acquisition, started while Spark runs this one: (records asked for, its future)
-        self._ahead: tuple[int, Future[list[Held]]] | None = None
-        self._threads = ThreadPoolExecutor(1, thread_name_prefix=f"acquire-ahead-{member.member_id}")
+        self._ahead: tuple[int, Future[Committed]] | None = None
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
@@ -91,36 +102,50 @@ class DeltaCoordinator:
         held = self._taken_ahead(limit)
         deadline = time.monotonic() + wait_s
         while not held:
-            held = self._member.acquire(limit)
+            held = self._send(limit).result()[1]
             if held or time.monotonic() >= deadline:
                 break
             time.sleep(min(IDLE_CHECK_S, max(deadline - time.monotonic(), 0)))
         return positions(held)
 
     def acquire_ahead(self, max_records: int | None) -> None:
-        """Acquire the next batch in a thread while Spark runs this one: the acquisition's compare-and-swap commit
-        and log-bounds lookup leave the next ``latestOffset``. Only when a batch cannot hold every in-flight
-        window: otherwise this batch holds them all until it settles, and nothing would be left to take."""
+        """Send what rides, and acquire the next batch with it, in the member's thread while Spark runs this one:
+        the commit leaves the next ``latestOffset``. The acquisition only when a batch cannot hold every
+        in-flight window: otherwise this batch holds them all until it settles, and nothing would be left."""
         limit = max_records or self._max_records
         if self._ahead is None and limit < self._windows:
-            self._ahead = (limit, self._threads.submit(self._member.acquire, limit))
+            self._ahead = (limit, self._send(limit))
+        else:
+            self._send(0)
 
     def _taken_ahead(self, limit: int) -> list[Held]:
         """What ``acquire_ahead`` got (its error, if it failed); given back if it was asked for another size."""
         if self._ahead is None:
             return []
         (asked, future), self._ahead = self._ahead, None
-        held = future.result()
+        held = future.result()[1]
         if asked != limit and held:  # the read limit changed: the batch must not exceed the new one
-            self._member.settle(_ranges((h.topic, h.partition, h.records.first, h.records.last, AckType.RELEASE)
-                                        for h in held))
+            self.acknowledge([AckRun(h.topic, h.partition, h.records.first, h.records.last, AckType.RELEASE)
+                              for h in held]).result()
             return []
         return held
 
-    def acknowledge(self, acks: Sequence[AckRun]) -> Failures:
-        """Settle ``acks`` in one commit."""
+    def acknowledge(self, acks: Sequence[AckRun]) -> Outcome:
+        """Settle ``acks`` with the member's next commit."""
         ranges = _ranges((run.topic, run.partition, run.first, run.last, run.type) for run in acks)
-        return self._member.settle(ranges) if ranges else {}
+        if not ranges:
+            return Settled({})
+        riding = _Riding(ranges, lambda: self._send(0))
+        self._riding.append(riding)
+        return riding
+
+    def _send(self, max_records: int) -> Future[Committed]:
+        """One commit in the member's thread: what rides, then an acquisition of up to ``max_records`` (none at 0)."""
+        riding, self._riding = self._riding, []
+        future = self._turns.submit(self._member.acquire, max_records, [r.ranges for r in riding])
+        for n, r in enumerate(riding):
+            r.carried_by(future, n)
+        return future
 
     def archived(self) -> pa.Table:
         """Positions the group archived at its delivery-count limit since the last call."""
@@ -134,8 +159,30 @@ class DeltaCoordinator:
                 log.info("member %s: the acquisition ahead failed while the query stopped: %s",
                          self._member.member_id, error)
             self._ahead = None
-        self._threads.shutdown()
+        self._turns.shutdown()  # waits for commits still under way: what they settled is no longer held
         self._member.close()
+
+
+class _Riding:
+    """Acknowledgements waiting for the member's next commit; waiting for their outcome sends them at once."""
+
+    def __init__(self, ranges: Ranges, send: Callable[[], object]):
+        self.ranges = ranges
+        self._send = send
+        self._commit: Future[Committed] | None = None  # the commit that carries them, once sent
+        self._index = 0  # which of its settles they are
+
+    def carried_by(self, commit: Future[Committed], index: int) -> None:
+        self._commit, self._index = commit, index
+
+    def done(self) -> bool:
+        return self._commit is not None and self._commit.done()
+
+    def result(self) -> Failures:
+        if self._commit is None:
+            self._send()
+        assert self._commit is not None, "sending gives every riding acknowledgement its commit"
+        return self._commit.result()[0][self._index]
 
 
 def _ranges(runs: Iterable[tuple[str, int, int, int, AckType]]) -> Ranges:
@@ -149,8 +196,13 @@ def _ranges(runs: Iterable[tuple[str, int, int, int, AckType]]) -> Ranges:
 def positions(held: Sequence[Held]) -> pa.Table:
     """Every offset of ``held`` as a row of ``schema.POSITIONS``."""
     sizes = [h.records.last - h.records.first + 1 for h in held]
+    names = sorted({h.topic for h in held})
+    index = {name: n for n, name in enumerate(names)}
+    topics = pa.DictionaryArray.from_arrays(  # cast in C++, not a Python string per row
+        pa.array(np.repeat(np.array([index[h.topic] for h in held], dtype=np.int32), sizes), pa.int32()),
+        pa.array(names, pa.string())).cast(pa.string())
     return pa.table({
-        "topic": pa.array(np.repeat(np.array([h.topic for h in held], dtype=object), sizes), pa.string()),
+        "topic": topics,
         "partition": pa.array(np.repeat(np.array([h.partition for h in held], dtype=np.int32), sizes), pa.int32()),
         "offset": pa.array(np.concatenate([np.arange(h.records.first, h.records.last + 1, dtype=np.int64)
                                            for h in held]) if held else np.array([], np.int64), pa.int64()),

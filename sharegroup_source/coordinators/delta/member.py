@@ -4,7 +4,8 @@ The group's ``share_state`` table is the share-partition leader. Every transitio
 makes (acquire, settle, renew, release) is ONE compare-and-swap commit covering every
 subscribed partition: read version v, run KIP-932's state machine, commit onto v, or re-read
 and retry. So any number of members, in any number of processes and hosts, never hold one
-record at the same time, and a batch costs two commits however many partitions it spans.
+record at the same time, and a batch costs one commit however many partitions it spans (its
+acquisition carries the settle of the batch before).
 
 While a member lives, a renewer thread extends the locks it holds (KIP-1222's RENEW), so a
 batch slower than the lock duration keeps its records; a member that dies stops renewing, and
@@ -27,12 +28,14 @@ from state_store import AckType, AcquiredRecords, InvalidRecordStateError, Recor
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance
 
-__all__ = ["GroupMember", "Held"]
+__all__ = ["Acks", "GroupMember", "Held"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, int]
+#: Ranges to settle per share-partition: (first, last, how).
+Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
 #: Maintenance (compaction, vacuum) of the group's tables, in the background, after this many of the member's
 #: commits.
 MAINTAIN_EVERY_COMMITS = 200
@@ -65,19 +68,36 @@ class GroupMember:
             lambda: group.for_another_thread().maintain(),
             f"group {group.group_id}")
         self._lock = threading.Lock()  # the caller's calls and the renewer take turns
+        self._archived_lock = threading.Lock()  # draining them never waits for a commit under way
         self._closed = threading.Event()
         group.join(member_id, kind)
         self._renewer = threading.Thread(target=self._renew_while_alive, name=f"renew-{member_id}", daemon=True)
         self._renewer.start()
 
     # -- transitions, one commit each ---------------------------------------------------------
-    def acquire(self, max_records: int) -> list[Held]:
-        """Lock up to ``max_records`` records across the subscribed partitions for this member.
+    def acquire(self, max_records: int, settling: Sequence[Acks] = ()) -> tuple[list[Failures], list[Held]]:
+        """Settle each of ``settling``, then lock up to ``max_records`` records (none at 0) across the subscribed
+        partitions for this member, in ONE commit: acknowledgements ride on the next acquisition, as a
+        ShareFetch request carries them on a broker. Returns each settle's failures, and what was locked.
 
-        Each partition gets a fair share first and the rest goes to whoever has more, starting
-        with a different partition each time, so one busy partition cannot starve the others.
-        The same commit renews what the member already holds.
+        A share-partition where any range of a settle is not held (its lock expired and another member
+        took it) fails whole for that settle, as KIP-932's acknowledgement does. Each partition gets a
+        fair share of the acquisition first and the rest goes to whoever has more, starting with a
+        different partition each time, so one busy partition cannot starve the others. The same commit
+        renews what the member already holds.
         """
+        settles = [_settlement(self.member_id, acks) for acks in settling]
+        acquisition, initial = self._acquisition(max_records) if max_records > 0 else (None, {})
+
+        def change(sps: dict[Key, SharePartition], now_ms: int) -> tuple[list[Failures], list[Held]]:
+            return ([settle(sps, now_ms) for settle in settles],
+                    acquisition(sps, now_ms) if acquisition is not None else [])
+
+        return self._commit(change, initial)
+
+    def _acquisition(self, max_records: int) -> tuple[Callable[[dict[Key, SharePartition], int], list[Held]],
+                                                      dict[Key, int]]:
+        """``acquire``'s change, on the log bounds read now, and where a share-partition new to the group starts."""
         bounds = self._bounds.of(self.partitions)
         order = self._keys[self._turn:] + self._keys[:self._turn]
         self._turn = (self._turn + 1) % len(self._keys)
@@ -99,21 +119,7 @@ class GroupMember:
                         budget -= run.last - run.first + 1
             return taken
 
-        return self._commit(change, initial)
-
-    def settle(self, acks: Mapping[Key, Sequence[tuple[int, int, AckType]]]) -> Failures:
-        """Settle ranges this member holds; a share-partition where any range is not held (its lock
-        expired and another member took it) fails whole, as KIP-932's acknowledgement does."""
-        def change(sps: dict[Key, SharePartition], now_ms: int) -> Failures:
-            failures: Failures = {}
-            for key, ranges in acks.items():
-                try:
-                    sps[key].acknowledge(self.member_id, ranges, now_ms)
-                except InvalidRecordStateError as error:
-                    failures[key] = str(error)
-            return failures
-
-        return self._commit(change)
+        return change, initial
 
     def take_over(self, prefix: str) -> int:
         """Give back what earlier members whose ids start with ``prefix`` hold (a restarted query's
@@ -136,7 +142,7 @@ class GroupMember:
     def archived(self) -> list[Held]:
         """Records the group archived at its delivery-count limit in this member's commits, since the last call:
         nobody will be given them again, so the member that saw it dead-letters them."""
-        with self._lock:
+        with self._archived_lock:
             drained, self._archived = self._archived, []
         return drained
 
@@ -168,7 +174,8 @@ class GroupMember:
 
         with self._lock:
             (result, archived), version = self.group.share_state.update_all(planned, initial or {})
-            self._archived += archived
+            with self._archived_lock:
+                self._archived += archived
             if version is not None:
                 self._commits += 1
                 if self._commits % MAINTAIN_EVERY_COMMITS == 0:
@@ -185,3 +192,17 @@ class GroupMember:
                     self.group.heartbeat(self.member_id)
             except Exception as error:  # the next round tries again; locks last a whole duration
                 log.warning("member %s could not renew its locks: %s", self.member_id, error)
+
+
+def _settlement(member_id: str, acks: Acks) -> Callable[[dict[Key, SharePartition], int], Failures]:
+    """A settle's change: each share-partition's ranges all or nothing."""
+    def change(sps: dict[Key, SharePartition], now_ms: int) -> Failures:
+        failures: Failures = {}
+        for key, ranges in acks.items():
+            try:
+                sps[key].acknowledge(member_id, ranges, now_ms)
+            except InvalidRecordStateError as error:
+                failures[key] = str(error)
+        return failures
+
+    return change

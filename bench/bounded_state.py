@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.emitted_index import EmittedIndex
+from sharegroup_source.micro_batch import MAINTAIN_EVERY_EPOCHS
 from state_store import LedgerEntry, OffsetRange, StateStore
 from state_store.delta_table import Snapshot, Write
 from state_store.ledger import LEDGER_SCHEMA, entry_row, epoch_status
@@ -48,8 +49,6 @@ PARTITIONS = 4
 REDELIVERED_PER_EPOCH = 3
 #: the newest epochs' statuses, oldest first, as a driver that died leaves them; every older one is ACKED
 TAIL_STATUSES = ("ACK_FAILED", "ACK_FAILED", "EMITTED", "EMITTED", "ACQUIRED")
-#: as sharegroup_source.micro_batch: the driver maintains the state when it settles every 200th epoch
-MAINTAIN_EVERY_EPOCHS = 200
 #: the ledger reads of MicroBatchDriver.__init__: the live epochs (EmittedIndex and foreign epochs) ...
 LIVE_STATUSES = ("ACQUIRED", "EMITTED", "ACK_FAILED")
 #: ... and the epochs the previous run RELEASEd on stop

@@ -1,4 +1,5 @@
-"""Cluster metadata checks made before a share consumer joins.
+"""Cluster metadata the driver asks for: partition counts before a share consumer joins, log offsets, a group's
+configuration.
 
 A share consumer subscribed to a missing topic, or pointed at a dead address, waits
 silently; users deserve one clear line instead, within a bounded time.
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
 
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka_clients import (
@@ -27,7 +28,7 @@ _ASK_AGAIN_S = 0.5
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["log_end_offsets", "partition_counts"]
+__all__ = ["group_start", "log_end_offsets", "log_offsets", "partition_counts"]
 
 
 def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:
@@ -82,13 +83,32 @@ def _topics(config: Mapping[str, Any], servers: str, timeout_s: float) -> Cluste
 
 def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
                     ) -> dict[tuple[str, int], int]:
-    """High watermark of every partition of ``partitions`` (topic -> partition count); a leader that moves is
-    waited for (``retry_transient``)."""
+    """High watermark of every partition of ``partitions`` (topic -> partition count)."""
+    return {key: end for key, (_, end) in log_offsets(config, partitions, timeout_s).items()}
+
+
+def log_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
+                ) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start, high watermark) of every partition of ``partitions`` (topic -> partition count); a leader that
+    moves is waited for (``retry_transient``)."""
     consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
     try:
         return retry_transient(
-            lambda: {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+            lambda: {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
                      for topic, count in partitions.items() for p in range(count)},
-            "read log end offsets", config.get("bootstrap.servers", ""))
+            "read log offsets", config.get("bootstrap.servers", ""))
     finally:
         consumer.close()
+
+
+def group_start(config: Mapping[str, Any], group_id: str, timeout_s: float = 3.0) -> str | None:
+    """The share group's ``share.auto.offset.reset`` (``latest``, Apache Kafka's default, or ``earliest``): where
+    it starts in a partition it never fetched. None when the cluster does not say (a broker without group
+    configurations, or no answer within ``timeout_s``): only a hint for a message, never worth a wait."""
+    admin = AdminClient(admin_config(config))
+    try:
+        futures = admin.describe_configs([ConfigResource(ResourceType.GROUP, group_id)], request_timeout=timeout_s)
+        entry = next(iter(futures.values())).result(timeout=timeout_s).get("share.auto.offset.reset")
+    except Exception:  # any failure means "cannot tell", which the caller says as such
+        return None
+    return None if entry is None else str(entry.value)

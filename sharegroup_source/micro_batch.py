@@ -31,7 +31,7 @@ from sharegroup_source.coordinators import open_coordinator
 from sharegroup_source.emitted_index import EmittedIndex
 from sharegroup_source.errors import FencedError, StateMismatchError
 from sharegroup_source.locations import check_source_locations
-from sharegroup_source.metadata import log_end_offsets
+from sharegroup_source.metadata import log_end_offsets, log_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
@@ -48,8 +48,10 @@ log = logging.getLogger(__name__)
 
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
 #: Compact, checkpoint and vacuum the state tables this often (in the background), so a long-running query's
-#: state stays small.
-MAINTAIN_EVERY_EPOCHS = 200
+#: state stays small. A Delta commit costs more with every live file of its table (delta-rs 1.6: a ledger write of
+#: 16 ranges took 5 ms on a fresh table, 22-25 ms 150-200 epochs later, 5 ms again after a maintenance round of
+#: 54-77 ms), and every epoch's ledger write is on the batch's path.
+MAINTAIN_EVERY_EPOCHS = 50
 #: How long a stop waits for a maintenance round under way.
 MAINTENANCE_STOP_WAIT_S = 30.0
 #: How often a run's counters go to the progress table (and when it stops): a row per epoch would double the
@@ -105,6 +107,7 @@ class MicroBatchDriver:
         self._past_target = False
         self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
         self._assigned = False  # true once the member surely has its partitions: after its first acquisition
+        self._told_empty_start = False  # whether a new query's empty start was explained (once)
         # Spark's calls and the commit watcher share the member: one at a time
         self._lock = threading.RLock()
         self._stopped = False
@@ -215,6 +218,8 @@ class MicroBatchDriver:
         # a RELEASED epoch Spark never logged gave its records back: the epoch is acquired anew
         fresh, acquired_at_ms = self._acquire(max_records)
         if not fresh.num_rows:
+            if next_epoch == 1 and not self._past_target:
+                self._explain_empty_start()
             self._record_settled()
             return start
         entry = self._ledger_entry(next_epoch, fresh, acquired_at_ms)
@@ -451,6 +456,27 @@ class MicroBatchDriver:
             self._settled = {**settled, **self._settled}
             raise
 
+    def _explain_empty_start(self) -> None:
+        """A new query whose first acquisitions found nothing while its topics hold records: say once why that may
+        be (a group starting at the log end is the first run's usual surprise), and how to start at the beginning."""
+        if self._told_empty_start:
+            return
+        self._told_empty_start = True
+        starts_at = self._coordinator.starts_at()
+        if starts_at == "earliest":
+            return
+        held = sum(end - start for start, end in
+                   log_offsets(self._options.replay_config, self._coordinator.partitions).values())
+        if held <= 0:
+            return
+        setting = ("share.auto.offset.reset=latest" if starts_at == "latest"
+                   else "share.auto.offset.reset (latest unless the group sets it; the cluster did not say)")
+        log.warning("group %s acquired nothing for this new query, though %s hold %s records: a share group "
+                    "starting at the log end (%s) gets only records produced after it first fetched, and records "
+                    "delivered to the group before are not delivered again. To read what the topics hold, give a new "
+                    "group share.auto.offset.reset=earliest before its first fetch (README: Starting position)",
+                    self._group_id, ", ".join(sorted(self._coordinator.partitions)), f"{held:,}", setting)
+
     def _publish_counters(self, left: bool = False, at_once: bool = False) -> None:
         """The first row says the member joined, the last that it left; in between, while records flow, one
         every PUBLISH_EVERY_S, and ``at_once`` when the queue is idle."""
@@ -604,14 +630,17 @@ def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:
 
 
 def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> list[PayloadPartition]:
-    """An acquired epoch's tasks: at most maxRecordsPerPartition records and maxBytesPerPartition bytes each
-    (a larger record alone), since a task travels to its executor in one RPC message, which Spark caps."""
+    """An acquired epoch's tasks: at most maxRecordsPerPartition records and maxBytesPerPartition bytes of payload
+    each (a larger record alone). A task travels to its executor in one RPC message, which Spark caps, and Spark
+    warns of every task above 1000 KiB, hence the default (960 KiB). A row weighs its key, value and headers plus
+    its share of the other columns (topic, offsets, timestamps: about 70 bytes), as the task carries them."""
     table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
     if not options.include_headers:
         table = table.drop_columns(["headers"])
+    record_bytes = np.asarray(row_bytes(table), np.int64)
+    other_columns = -(-max(table.nbytes - int(record_bytes.sum()), 0) // max(table.num_rows, 1))  # per row, rounded up
     return [PayloadPartition(epoch, to_ipc(table.slice(a, b - a)))
-            for a, b in itertools.pairwise(task_cuts(np.asarray(row_bytes(table), np.int64),
-                                                     options.max_records_per_partition,
+            for a, b in itertools.pairwise(task_cuts(record_bytes + other_columns, options.max_records_per_partition,
                                                      options.max_bytes_per_partition))]
 
 

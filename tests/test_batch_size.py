@@ -7,6 +7,7 @@ a fixed 10,000-record poll made a 16-partition topic no faster than a 4-partitio
 
 from __future__ import annotations
 
+import pickle
 import random
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import numpy as np
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, poll_size
 from sharegroup_source.micro_batch import MicroBatchDriver, replay_partitions, task_cuts
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.partition_reader import read_partition
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus, LedgerEntry, OffsetRange
 
 #: the poll size of every default batch before the windows sized it
@@ -56,6 +58,38 @@ def test_a_default_broker_batch_takes_every_partitions_window(kafka: KafkaUnderT
     # 11,400 records there, and a ShareFetch may answer before every window is acquired (seen: 11,286 of 8 windows
     # on a loaded machine), so the bound asked is half the windows
     assert max(sizes) >= 16_000, f"no epoch held more than one old poll of {OLD_POLL:,}: {sizes}"
+
+
+def test_no_task_of_a_default_batch_is_one_spark_warns_of(kafka: KafkaUnderTest, tmp_path: Path):
+    """Spark warns of every task above 1000 KiB: default batches of 64-byte records over 16 partitions (5 MB at
+    16 full windows, one task before) go out in tasks below that, every acquired record in exactly one."""
+    topic = kafka.new_topic(16)
+    kafka.produce(topic, [(i % 16, None, b"%064d" % i) for i in range(32_000)])
+    options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers,
+                                   "kafka.group.id": kafka.new_group(), "subscribe": topic,
+                                   "stateLocation": str(tmp_path / "state")})
+    driver = MicroBatchDriver(options)
+    batches: list[list[int]] = []  # each batch's task sizes, pickled as Spark sends them
+    read: list[tuple[int, int]] = []
+    try:
+        start = driver.initial_offset()
+        while len(read) < 32_000:
+            end = wait_for(lambda s=start: (e := driver.latest_offset(s, None)) != s and e, 60, "a batch")
+            tasks = driver.plan(start, end)
+            batches.append([len(pickle.dumps(task)) for task in tasks])
+            got = [(partition, offset) for task in tasks for batch in read_partition(task)
+                   for partition, offset in zip(batch.column("partition").to_pylist(),
+                                                batch.column("offset").to_pylist(), strict=True)]
+            entry = driver.store.ledger.get(options.group_id, end["epoch"])
+            assert entry is not None
+            assert sorted(got) == sorted((r.partition, offset) for r in entry.ranges for offset in r.offsets())
+            read += got
+            start = end
+    finally:
+        driver.stop()
+    assert len(read) == len(set(read)) == 32_000
+    assert max(sum(sizes) for sizes in batches) > 1000 * 1024, f"no batch needed a cut: {batches}"
+    assert max(max(sizes) for sizes in batches) < 1000 * 1024, f"task sizes per batch: {batches}"
 
 
 def test_a_default_delta_batch_takes_every_partitions_window(kafka: KafkaUnderTest, tmp_path: Path):

@@ -67,6 +67,11 @@ class Coordinator(Protocol):
         """How long an acquired record stays locked; None when the member renews its locks while it lives."""
         ...
 
+    def starts_at(self) -> str | None:
+        """Where the group starts in a share-partition it never fetched (``share.auto.offset.reset``): ``latest``
+        or ``earliest``; None when it cannot tell. Asked only to explain an empty first acquisition."""
+        ...
+
     def take_over(self) -> None:
         """The ledger fenced the query's earlier runs: give back at once what they still hold in the group.
         Called only once the checkpoint was accepted, so a run that is refused takes nothing from a live one."""

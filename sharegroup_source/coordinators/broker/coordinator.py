@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -18,6 +18,7 @@ from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.metadata import group_start
 from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store.progress import ProgressTable
 
@@ -35,10 +36,13 @@ METADATA_TIMEOUT_S = 30.0
 class BrokerCoordinator:
     """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
 
-    def __init__(self, client: ShareClient, run_id: str, lock_duration_ms: int):
+    def __init__(self, client: ShareClient, run_id: str, lock_duration_ms: int,
+                 kafka_config: Mapping[str, Any] | None = None):
+        """``kafka_config``: the client's configuration (``group.id`` included), to ask the cluster about the group."""
         self._client = client
         self._run_id = run_id
         self._lock_duration_ms = lock_duration_ms
+        self._kafka_config = dict(kafka_config or {})
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
@@ -49,7 +53,7 @@ class BrokerCoordinator:
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
-        return cls(client, run_id, options.lock_duration_ms)
+        return cls(client, run_id, options.lock_duration_ms, options.client_config)
 
     @property
     def member_id(self) -> str:
@@ -64,6 +68,11 @@ class BrokerCoordinator:
     def lock_duration_ms(self) -> int:
         """The group's lock duration as the ``lockDurationMs`` option says: clients cannot read the broker's."""
         return self._lock_duration_ms
+
+    def starts_at(self) -> str | None:
+        """The group's ``share.auto.offset.reset`` as the broker's group configuration says it."""
+        group_id = self._kafka_config.get("group.id")
+        return group_start(self._kafka_config, str(group_id)) if group_id else None
 
     def take_over(self) -> None:
         """Nothing: the broker released the previous run's records when its member left, which the join waited

@@ -90,6 +90,10 @@ class DeltaCoordinator:
         """None: the member renews its locks while it lives, so a held record never expires under a batch."""
         return None
 
+    def starts_at(self) -> str | None:
+        """The Delta group's ``share.auto.offset.reset`` setting."""
+        return self._member.group.settings.auto_offset_reset
+
     def take_over(self) -> None:
         """Give back what the query's earlier runs hold, so nothing waits for their locks to expire: the ledger
         fenced those runs. Only then: a run refused at its checkpoint check must not take a live run's records."""

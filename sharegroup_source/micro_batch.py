@@ -631,9 +631,9 @@ def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:
 
 def payload_partitions(epoch: int, table: pa.Table, options: SourceOptions) -> list[PayloadPartition]:
     """An acquired epoch's tasks: at most maxRecordsPerPartition records and maxBytesPerPartition bytes of payload
-    each (a larger record alone). A task travels to its executor in one RPC message, which Spark caps, and Spark
-    warns of every task above 1000 KiB, hence the default (960 KiB). A row weighs its key, value and headers plus
-    its share of the other columns (topic, offsets, timestamps: about 70 bytes), as the task carries them."""
+    each (a larger record alone), since a task travels to its executor in one RPC message, which Spark caps. A
+    row weighs its key, value and headers plus its share of the other columns (topic, offsets, timestamps: about
+    70 bytes), as the task carries them."""
     table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
     if not options.include_headers:
         table = table.drop_columns(["headers"])

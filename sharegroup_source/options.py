@@ -43,8 +43,7 @@ _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateL
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
-#: Spark's TaskSetManager warns of every task above 1000 KiB; a default batch's tasks stay below
-DEFAULT_MAX_BYTES_PER_PARTITION = 960 * 1024
+DEFAULT_MAX_BYTES_PER_PARTITION = 32 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
 #: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
 #: previous epoch's locks (30 s by default) run out while the driver waits.

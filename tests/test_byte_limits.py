@@ -2,7 +2,7 @@
 
 A task travels to its executor in one RPC message, which Spark caps at
 ``spark.rpc.message.maxSize`` (128 MiB by default): 10,000 records of 1 MB in one task would
-fail the batch, so ``maxBytesPerPartition`` (960 KiB by default) cuts tasks by size as well.
+fail the batch, so ``maxBytesPerPartition`` (32 MiB by default) cuts tasks by size as well.
 """
 
 from __future__ import annotations

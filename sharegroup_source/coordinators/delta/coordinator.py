@@ -119,7 +119,7 @@ class DeltaCoordinator:
         limit = max_records or self._max_records
         if self._ahead is None and limit < self._windows:
             self._ahead = (limit, self._send(limit))
-        else:
+        elif self._riding:
             self._send(0)
 
     def _taken_ahead(self, limit: int) -> list[Held]:

@@ -3,7 +3,9 @@
 KIP-932 promises at-least-once across members, so records this member ACCEPTs are not lost even
 though they never reach the query's sink. What counts is what the broker confirmed: the
 acknowledgement-commit callback reports every ACCEPT the broker answered, whichever call sent it
-(commit_sync, a later poll, or close), so it is the member's record of what it accepted.
+(commit_sync, a later poll, or close), so it is the member's record of what it accepted. An ACCEPT
+whose answer was an error or never came (the share-partition's leader killed under it) may still have
+been applied: such records are kept apart, as the member's records of unknown outcome.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class IndependentMember(threading.Thread):
         self._topic, self._seconds = topic, seconds
         self._polled: dict[tuple[int, int], int] = {}  # (partition, offset) -> record number
         self._accepted: set[int] = set()
+        self._sent: set[int] = set()  # record numbers whose ACCEPT went out, answered or not
         self._lock = threading.Lock()
 
     @property
@@ -36,6 +39,12 @@ class IndependentMember(threading.Thread):
         """Record numbers whose ACCEPT the broker confirmed."""
         with self._lock:
             return set(self._accepted)
+
+    @property
+    def unanswered(self) -> set[int]:
+        """Record numbers whose ACCEPT went out without the broker confirming it: applied or not, nobody knows."""
+        with self._lock:
+            return self._sent - self._accepted
 
     def _on_commit(self, offsets: dict[TopicPartition, set[int]], error: KafkaException | None) -> None:
         if error is not None:
@@ -55,8 +64,11 @@ class IndependentMember(threading.Thread):
                 try:
                     messages = [m for m in consumer.poll(0.25) if m.error() is None]
                     for message in messages:
-                        self._polled[(message.partition(), message.offset())] = record_number(message.value())
+                        number = record_number(message.value())
+                        self._polled[(message.partition(), message.offset())] = number
                         consumer.acknowledge(message)
+                        with self._lock:
+                            self._sent.add(number)
                     if messages:
                         consumer.commit_sync(10)
                 except KafkaException as error:  # a fault the soak injected; the broker redelivers

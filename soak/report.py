@@ -2,7 +2,9 @@
 
 A record is *lost* if it was produced (delivery confirmed) but is neither in the sink nor
 accepted by an independent member of the group: KIP-932 gives at-least-once across members, so
-a record another member took is accounted for. A record is *duplicated* if more than one sink
+a record another member took is accounted for, and so is one whose ACCEPT by that member went out
+without an answer (a killed leader) and that never came back: the broker applied it. A record is
+*duplicated* if more than one sink
 row holds it (same partition and offset). Records both in the sink and at an independent member
 are listed apart: that is the at-least-once overlap between members, not a duplicate.
 """
@@ -33,6 +35,8 @@ class SoakReport:
     expected_failures: int = 0
     unexpected_failures: tuple[str, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)
+    #: records an independent member ACCEPTed without an answer (its leader killed under it) that never came back
+    unanswered_at_independent: int = 0
 
     @property
     def ok(self) -> bool:
@@ -46,7 +50,8 @@ class SoakReport:
         for label, value in (("produced (delivery confirmed)", self.produced),
                              ("  not produced (delivery failed)", self.produce_failures), ("in the sink", self.in_sink),
                              ("accepted by an independent member", self.accepted_by_independent),
-                             ("  of which also in the sink", self.in_both), ("lost", self.lost),
+                             ("  of which also in the sink", self.in_both),
+                             ("ACCEPTed unanswered by a member", self.unanswered_at_independent), ("lost", self.lost),
                              ("duplicated in the sink", self.duplicated)):
             lines.append(f"{label:<34}{value:>8}")
         lines += ["", f"query starts {self.query_starts} (failures caused by faults {self.expected_failures}, "

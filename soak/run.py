@@ -76,6 +76,7 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
         for member in ctx.members:
             member.join()
         accepted = set().union(*(m.accepted for m in ctx.members))
+        unanswered = set().union(*(m.unanswered for m in ctx.members))
         deadline = time.monotonic() + settings.drain_timeout_s
         while producer.delivered - sink.rows().numbers - accepted and time.monotonic() < deadline:
             _keep_running(query, 1.0)
@@ -88,8 +89,8 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
             kafka.embedded.set_up(-1)
         if kafka.cluster is not None:
             kafka.cluster.heal()
-    return _account(settings, faults, producer, sink, accepted, query, StateStore(str(work / "state")), group,
-                    time.monotonic() - started)
+    return _account(settings, faults, producer, sink, accepted, unanswered, query, StateStore(str(work / "state")),
+                    group, time.monotonic() - started)
 
 
 def _injecting(elapsed: float, fault_seconds: float, pending: set[str]) -> bool:
@@ -105,12 +106,16 @@ def _keep_running(query: SoakQuery, seconds: float) -> None:
 
 
 def _account(settings: SoakSettings, faults: Counter[str], producer: NumberedProducer, sink: BatchSink,
-             accepted: set[int], query: SoakQuery, store: StateStore, group: str, seconds: float) -> SoakReport:
+             accepted: set[int], unanswered: set[int], query: SoakQuery, store: StateStore, group: str,
+             seconds: float) -> SoakReport:
     produced, rows = producer.delivered, sink.rows()
-    lost = sorted(produced - rows.numbers - accepted)
+    # an independent member's ACCEPT that went out unanswered and whose record never came back was applied
+    member_unknown = (produced - rows.numbers - accepted) & unanswered
+    lost = sorted(produced - rows.numbers - accepted - member_unknown)
     return SoakReport(
         seconds=seconds, seed=settings.seed, faults=faults, produced=len(produced), in_sink=len(rows.numbers),
-        accepted_by_independent=len(accepted), in_both=len(accepted & rows.numbers), lost=len(lost),
+        accepted_by_independent=len(accepted), in_both=len(accepted & rows.numbers),
+        unanswered_at_independent=len(member_unknown), lost=len(lost),
         duplicated=rows.duplicated, lost_examples=tuple(lost[:10]), produce_failures=producer.failed,
         duplicate_batches=tuple(rows.batches_with_duplicates[:10]),
         query_starts=query.starts,

@@ -22,7 +22,7 @@ from sharegroup_source import consumer_pool
 from sharegroup_source.consumer_pool import ConsumerPool
 from sharegroup_source.kafka_clients import consumer_config
 from sharegroup_source.offset_reader import OffsetRangeReader, replay_consumer_config
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 
 class _Opened:
@@ -140,6 +140,13 @@ def test_a_transaction_marker_inside_the_range_is_a_gap(kafka: KafkaUnderTest, p
     producer.begin_transaction()
     producer.produce(topic, value=b"in-txn", partition=0)
     producer.commit_transaction(30)  # offset 1: the commit marker
+    # the coordinator writes the marker after it answered the commit: wait until the log holds it
+    watcher = Consumer(kafka.config(**{"group.id": "marker-watch"}))
+    try:
+        wait_for(lambda: watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] == 2, 30,
+                 "the commit marker in the log")
+    finally:
+        watcher.close()
     with OffsetRangeReader(kafka.config(), timeout_s=20, pool=pool) as reader:
         to_end = reader.read(topic, 0, [0, 1])
         beyond = reader.read(topic, 0, [0, 1, 2])

@@ -3,7 +3,8 @@
 With the Delta coordinator the driver only locks offset ranges; executors read the records with
 a plain consumer (assign + seek). So the ceiling is what a plain ``confluent_kafka.Consumer`` loop
 reads by position into Arrow tables of the output schema, and the cost the coordinator adds is
-two Delta commits per epoch. Measured, in one run:
+one Delta commit per epoch (the acquisition, carrying the settle before it) and the ledger entry.
+Measured, in one run:
 
 - throughput, on every peer, in interleaved rounds (medians): (1) the plain reader (one
   consumer, one core, several passes over the topic, the first a warm-up, so librdkafka's
@@ -11,8 +12,9 @@ two Delta commits per epoch. Measured, in one run:
   would choose, (3) the broker coordinator with the same options beside it, and on Apache
   Kafka (4) Spark's own ``format("kafka")`` with the same batch size; ratios to (1) and (4);
 - coordination cost per epoch (first peer): the source's driver (``MicroBatchDriver``) in delta
-  mode in Spark's call order, ``GroupMember.acquire`` and ``GroupMember.settle`` timed by
-  wrapping them, each one compare-and-swap commit on the group's ``share_state``;
+  mode in Spark's call order, ``GroupMember.acquire`` timed by wrapping it, one compare-and-swap
+  commit on the group's ``share_state`` each (those that locked records, and those that only
+  settled);
 - driver bytes per epoch: the epoch's InputPartitions pickled as Spark's source runner pickles
   them, on 64 B and 4 KiB records in equal epochs: offset ranges only, so the size must not
   follow the records';

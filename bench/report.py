@@ -235,10 +235,10 @@ def delta_table(delta: dict[str, Any]) -> list[str]:
     lines += ["", f"(h) on the {delta['detail_peer']} peer: the driver in delta mode, {cost['epochs']} epochs of "
                   f"{cost['records_per_epoch_p50']:,.0f} records ({cost['tasks_per_epoch_p50']:.0f} tasks) in "
                   f"{cost['passes']} pass(es), ms p50 / p95",
-              f"{'    acquire: one compare-and-swap commit':<58}{p50_95(cost['acquire'])}",
-              f"{'    settle: one compare-and-swap commit':<58}{p50_95(cost['settle'])}",
-              f"{'    latestOffset (settle + acquire + ledger)':<58}{p50_95(cost['latest_offset'])}",
-              f"{'    of which not the two commits (ledger, admitting records)':<58}"
+              f"{'    acquire (and the settle riding on it): one commit':<58}{p50_95(cost['acquire'])}",
+              f"{'    a settle alone: one compare-and-swap commit':<58}{p50_95(cost['settle'])}",
+              f"{'    latestOffset (ledger, admitting records, waits)':<58}{p50_95(cost['latest_offset'])}",
+              f"{'    of which not member commits ending during it':<58}"
               f"{p50_95(cost['latest_offset_besides_commits'])}",
               f"{'    planInputPartitions':<58}{p50_95(cost['plan'])}",
               f"{'    one task read into Arrow, in this process (no Spark)':<58}{p50_95(cost['task_read'])}",

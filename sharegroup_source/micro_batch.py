@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
+from confluent_kafka import KafkaException
 
 from sharegroup_source.acknowledger import Acknowledger, Settlement, settled_statuses
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
@@ -29,7 +30,7 @@ from sharegroup_source.backlog import Backlog, epoch_size
 from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.coordinators import open_coordinator
 from sharegroup_source.emitted_index import EmittedIndex
-from sharegroup_source.errors import FencedError, StateMismatchError
+from sharegroup_source.errors import ClusterError, FencedError, StateMismatchError
 from sharegroup_source.locations import check_source_locations
 from sharegroup_source.metadata import log_end_offsets, log_offsets
 from sharegroup_source.offset import EpochOffset
@@ -465,8 +466,12 @@ class MicroBatchDriver:
         starts_at = self._coordinator.starts_at()
         if starts_at == "earliest":
             return
-        held = sum(end - start for start, end in
-                   log_offsets(self._options.replay_config, self._coordinator.partitions).values())
+        try:
+            offsets = log_offsets(self._options.replay_config, self._coordinator.partitions, timeout_s=5.0)
+        except (ClusterError, KafkaException) as error:  # only a hint: a cluster that cannot say fails no query
+            log.debug("group %s: no log offsets to explain an empty start: %s", self._group_id, error)
+            return
+        held = sum(end - start for start, end in offsets.values())
         if held <= 0:
             return
         setting = ("share.auto.offset.reset=latest" if starts_at == "latest"

@@ -158,7 +158,8 @@ def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
         return
     topics = pc.dictionary_encode(records.column("topic")).combine_chunks()
     names = topics.dictionary.to_pylist()
-    rank = np.argsort(np.argsort(np.array(names, dtype=object)))  # topics in name order
+    by_name = np.argsort(np.array(names, dtype=object))  # dictionary indices in name order
+    rank = np.argsort(by_name)  # each dictionary index's place in name order
     keys = (rank[topics.indices.to_numpy()].astype(np.int64) << 32) | records.column("partition").to_numpy()
     offsets = records.column("offset").to_numpy()
     order = np.argsort(keys, kind="stable")
@@ -167,10 +168,9 @@ def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
         order = np.lexsort((offsets, keys))
     ordered = records if np.array_equal(order, np.arange(len(order))) else records.take(order)
     starts = [0, *(np.flatnonzero(np.diff(grouped) != 0) + 1).tolist()]
-    by_rank = np.argsort(rank)
     for start, end in zip(starts, [*starts[1:], ordered.num_rows], strict=True):
         key = int(grouped[start])
-        yield names[by_rank[key >> 32]], key & 0xFFFFFFFF, ordered.slice(start, end - start)
+        yield names[by_name[key >> 32]], key & 0xFFFFFFFF, ordered.slice(start, end - start)
 
 
 def spans(offsets: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:

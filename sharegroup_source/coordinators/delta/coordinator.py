@@ -1,8 +1,8 @@
 """The ``delta`` coordinator: the share group's state lives in a Delta table; Kafka only serves the log.
 
 The driver's member locks offset ranges in the group's ``share_state`` table (one commit per
-acquisition, one per settle, both in the member's own thread while Spark runs a batch) and hands
-the ranges to Spark; executors read the records
+batch: the acquisition, carrying the settle of the batch before, in the member's own thread
+while Spark runs a batch) and hands the ranges to Spark; executors read the records
 themselves with a plain consumer, so no record passes through the driver and many tasks read
 one Kafka partition. Only Metadata, ListOffsets and Fetch reach Kafka: queue semantics on any
 cluster, share groups enabled or not.
@@ -190,7 +190,7 @@ class _Riding:
 
 
 def _ranges(runs: Iterable[tuple[str, int, int, int, AckType]]) -> Ranges:
-    """Runs (topic, partition, first, last, type) grouped by share-partition, as ``GroupMember.settle`` takes them."""
+    """Runs (topic, partition, first, last, type) by share-partition, as ``GroupMember.acquire`` settles them."""
     ranges: Ranges = {}
     for topic, partition, first, last, kind in runs:
         ranges.setdefault((topic, partition), []).append((first, last, kind))

@@ -57,7 +57,7 @@ _BUCKETS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("Delta reads (decisions)", Decisions.for_epochs),
     ("records -> Arrow", records_to_arrow),
     ("ledger entry from records", offset_ranges),
-    ("partitions: sort + Arrow IPC", payload_partitions),
+    ("partitions: sort + compressed Arrow IPC", payload_partitions),
     ("staging acks (acknowledge_offset)", ShareConsumer.acknowledge_offset),
 )
 _CALLS = (MicroBatchDriver.latest_offset, MicroBatchDriver.plan, MicroBatchDriver.commit)

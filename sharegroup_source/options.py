@@ -43,7 +43,9 @@ _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateL
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
-DEFAULT_MAX_BYTES_PER_PARTITION = 32 * 1024 * 1024
+#: Spark warns of every task above 1000 KiB (TaskSetManager's TASK_SIZE_TO_WARN_KIB, not a setting); a task adds a few
+#: KiB of its own to its partition's bytes (the reader's pickled read function)
+DEFAULT_MAX_BYTES_PER_PARTITION = 960 * 1024
 DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
 #: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
 #: previous epoch's locks (30 s by default) run out while the driver waits.
@@ -85,8 +87,8 @@ class SourceOptions:
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     #: key, value and header bytes per micro-batch (Spark's maxBytesPerTrigger), unbounded by default
     max_bytes_per_trigger: int | None = None
-    #: key, value and header bytes per Spark task: a task travels in one RPC message, which Spark
-    #: caps at spark.rpc.message.maxSize (128 MiB by default); a record larger than this gets a task alone
+    #: bytes a Spark task carries of its records (compressed): Spark warns of every task above 1000 KiB and
+    #: caps one at spark.rpc.message.maxSize (128 MiB by default); a record larger than this gets a task alone
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     include_headers: bool = False
     max_deliveries: int | None = None

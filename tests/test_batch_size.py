@@ -12,11 +12,14 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pytest
 
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, poll_size
-from sharegroup_source.micro_batch import MicroBatchDriver, replay_partitions, task_cuts
+from sharegroup_source.micro_batch import MicroBatchDriver, payload_partitions, replay_partitions, task_cuts
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.partition_reader import read_partition
+from sharegroup_source.schema import arrow_schema
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus, LedgerEntry, OffsetRange
 
@@ -60,16 +63,19 @@ def test_a_default_broker_batch_takes_every_partitions_window(kafka: KafkaUnderT
     assert max(sizes) >= 16_000, f"no epoch held more than one old poll of {OLD_POLL:,}: {sizes}"
 
 
-def test_max_bytes_per_partition_keeps_tasks_below_sparks_large_task_warning(kafka: KafkaUnderTest, tmp_path: Path):
-    """Spark warns of every task above 1000 KiB; the README's remedy, maxBytesPerPartition=983040, keeps default
-    batches of 64-byte records over 16 partitions (3.9 MB in one task without it) in tasks below that, since a
-    row weighs what the task carries of it (topic, offsets, timestamps), not its value alone; every acquired
-    record in exactly one task."""
+@pytest.mark.parametrize("values", ["random", "text"])
+def test_default_tasks_stay_below_sparks_large_task_warning(kafka: KafkaUnderTest, tmp_path: Path, values: str):
+    """Spark warns of every task above 1000 KiB. A task's records travel compressed and default tasks are cut at
+    960 KiB of that: batches of incompressible 64-byte values (about 4 MB of Arrow per 32,000 records) are cut
+    into tasks below the warning, batches of text values travel in one task each; every acquired record is in
+    exactly one task."""
     topic = kafka.new_topic(16)
-    kafka.produce(topic, [(i % 16, None, b"%064d" % i) for i in range(32_000)])
+    rnd = random.Random(7)
+    kafka.produce(topic, [(i % 16, None, rnd.randbytes(64) if values == "random" else b"%064d" % i)
+                          for i in range(32_000)])
     options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers,
                                    "kafka.group.id": kafka.new_group(), "subscribe": topic,
-                                   "stateLocation": str(tmp_path / "state"), "maxBytesPerPartition": "983040"})
+                                   "stateLocation": str(tmp_path / "state")})
     driver = MicroBatchDriver(options)
     batches: list[list[int]] = []  # each batch's task sizes, pickled as Spark sends them
     read: list[tuple[int, int]] = []
@@ -90,8 +96,11 @@ def test_max_bytes_per_partition_keeps_tasks_below_sparks_large_task_warning(kaf
     finally:
         driver.stop()
     assert len(read) == len(set(read)) == 32_000
-    assert max(sum(sizes) for sizes in batches) > 1000 * 1024, f"no batch needed a cut: {batches}"
     assert max(max(sizes) for sizes in batches) < 1000 * 1024, f"task sizes per batch: {batches}"
+    if values == "random":
+        assert max(sum(sizes) for sizes in batches) > 1000 * 1024, f"no batch needed a cut: {batches}"
+    else:
+        assert all(len(sizes) == 1 for sizes in batches), f"text batches were cut: {batches}"
 
 
 def test_a_default_delta_batch_takes_every_partitions_window(kafka: KafkaUnderTest, tmp_path: Path):
@@ -139,3 +148,30 @@ def test_a_replayed_epoch_packs_several_partitions_into_a_task(tmp_path: Path):
                     [("t", p, 0, 99) for p in range(8, 12)], [("t", p, 0, 99) for p in range(12, 16)],
                     [("t", 16, 0, 249)]]
     assert all(task.epoch == 3 for task in tasks)
+
+
+def test_a_payload_task_is_cut_again_where_its_rows_compress_worse_than_the_average(tmp_path: Path):
+    """A task's bytes are known only once compressed: a batch whose first half is random and second half zeros is
+    cut by the average and then again where a part still exceeds, so every task stays within maxBytesPerPartition,
+    and the tasks hold every row once, in order."""
+    rnd = random.Random(3)
+    count = 6_000
+    values = [rnd.randbytes(200) if row < count // 2 else bytes(200) for row in range(count)]
+    table = pa.Table.from_pydict({
+        "key": pa.array([None] * count, pa.binary()), "value": pa.array(values, pa.binary()),
+        "topic": ["t"] * count, "partition": pa.array([0] * count, pa.int32()),
+        "offset": pa.array(range(count), pa.int64()),
+        "timestamp": pa.array([0] * count, pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0] * count, pa.int32()),
+        "headers": pa.array([[]] * count, arrow_schema(include_headers=True).field("headers").type),
+        "deliveryCount": pa.array([1] * count, pa.int32()), "epoch": pa.array([5] * count, pa.int64())},
+        schema=arrow_schema(include_headers=True))
+    options = SourceOptions.parse({"kafka.bootstrap.servers": "localhost:9092", "kafka.group.id": "g",
+                                   "subscribe": "t", "stateLocation": str(tmp_path / "state"),
+                                   "maxBytesPerPartition": "100000"})
+    tasks = payload_partitions(5, table, options)
+    assert max(len(task.payload) for task in tasks) <= 100_000, [len(task.payload) for task in tasks]
+    assert len(tasks) >= 7, "600 KB of random values need at least 7 tasks of 100 KB"
+    offsets = [offset for task in tasks for batch in read_partition(task)
+               for offset in batch.column("offset").to_pylist()]
+    assert offsets == list(range(count))

@@ -76,6 +76,12 @@ def story_table(figures: dict[str, Any]) -> list[str]:
         tuned = ", ".join(f"{p}: {', '.join(f'{k}={v}' for k, v in story['options']['broker_tuned'][p].items())}"
                           for p in counts)
         lines.append(f"  broker_tuned options: {tuned}")
+        floor = story["python_floor"]
+        lines.append(f"  Python source floor at {floor['partitions']} partitions (in-memory, "
+                     f"{floor['rows_per_batch']:,} rows in {floor['tasks']} tasks, no read): "
+                     + ("n/a" if floor["records_per_s"] is None else
+                        f"{floor['records_per_s']:,} records/s, {_ratio(floor['to_spark_kafka'])} of spark_kafka; "
+                        f"delta {_ratio(floor['delta_to_floor'])} of it; batch p50 {floor['phases_p50_ms']}"))
         lines += [f"  done when: {check['check']} = {_ratio(check['value'])} (at least {check['at_least']}): "
                   f"{_verdict(check['met'])}" for check in story["checks"]]
         lines += [f"  n/a: {key}: {error}" for key, error in story["errors"].items()]

@@ -63,6 +63,9 @@ STORY_CONSUMERS = {
     "spark_kafka": 'Spark format("kafka")',
     "kafka_perf_tool": "Kafka's share consumer perf tool (Java)",
 }
+#: The trivial in-memory Python source (``bench.spark_limit``) at delta's batch size and task count, at the most
+#: partitions: what any Python streaming source reaches there when reading costs nothing, beside format("kafka").
+FLOOR = "python_floor"
 #: The records/s of plain's max.poll.records per partition: more than a window, so it never bounds a poll.
 PLAIN_POLL_RECORDS_PER_PARTITION = 10_000
 #: The done-when checks: (label, numerator, denominator, at least); a term is (consumer or "limit", "most" or
@@ -129,10 +132,13 @@ def measure_story(kafka: KafkaUnderTest, spark: SparkSession, sizes: StorySizes,
             **{f"spark_own_{tasks}": lambda tasks=tasks, window=window: _spark_own(
                 spark, window, tasks, sizes.spark_cost_batches, work("own")) for tasks in task_counts},
         }
+        if p == max(topics):  # the Python data source path alone at delta's batches and tasks: no read at all
+            at[FLOOR] = lambda: _spark_own(spark, sizes.trigger, -(-sizes.trigger // sizes.task),
+                                           sizes.spark_cost_batches, work("floor"))
         for name, job in at.items():
             jobs[f"{name}@{p}"] = job
-            labels[f"{name}@{p}"] = (f"{p:>2} partitions, "
-                                     + STORY_CONSUMERS.get(name, f"Spark's own batch, {name[10:]} task(s)"))
+            labels[f"{name}@{p}"] = (f"{p:>2} partitions, " + STORY_CONSUMERS.get(name, (
+                "Python source floor" if name == FLOOR else f"Spark's own batch, {name[10:]} task(s)")))
     # a fresh JVM's first queries of a kind are slower (class loading, JIT, Python workers): not in round 1's figures
     fewest = min(topics)
     source_into_noop(spark, kafka, topics[fewest], 2 * fewest * lock_limit, work("warm-up"), timeout_s)
@@ -169,10 +175,23 @@ def measure_story(kafka: KafkaUnderTest, spark: SparkSession, sizes: StorySizes,
                     "spark_kafka": {str(p): {"maxOffsetsPerTrigger": sizes.trigger} for p in topics}},
         "scaling": scaling, "limit_per_partition": limit_rates, "limit": limits, "ratios": ratios,
         "checks": _checks(scaling, limit_rates),
+        "python_floor": _floor(measured[f"{FLOOR}@{max(topics)}"], sizes, scaling, max(topics)),
         "errors": {key: run["error"] for key, run in measured.items() if "error" in run},
         "runs": runs_by,
         "topics": {str(p): topic for p, topic in topics.items()},
     }
+
+
+def _floor(run: dict[str, Any], sizes: StorySizes, scaling: dict[str, dict[str, int | None]],
+           partitions: int) -> dict[str, Any]:
+    """The Python source floor beside format("kafka") and delta at ``partitions``: what delta's gap is made of."""
+    rate = run.get("records_per_s")
+    return {"partitions": partitions, "rows_per_batch": sizes.trigger, "tasks": -(-sizes.trigger // sizes.task),
+            "records_per_s": rate, "phases_p50_ms": run.get("phases_p50_ms"),
+            "runs_records_per_s": run.get("runs_records_per_s"),
+            "to_spark_kafka": _ratio(rate, scaling["spark_kafka"][str(partitions)]),
+            "delta_to_floor": _ratio(scaling["delta"][str(partitions)], rate),
+            **({"error": run["error"]} if "error" in run else {})}
 
 
 def _ratio(value: float | None, to: float | None) -> float | None:

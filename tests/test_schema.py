@@ -83,3 +83,14 @@ def test_a_dict_of_headers_is_read_as_pairs():
 def test_no_records_give_an_empty_table():
     _same(records_to_arrow([], 3, True), arrow_schema(True).empty_table())
     _same(records_to_arrow([], 3, False), arrow_schema(False).empty_table())
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_records_of_one_partition_named_by_the_caller_give_the_same_table(include_headers):
+    records = [r for r in _records(with_headers=True, delivery_counts=False)
+               if (r.topic(), r.partition()) == ("t-a", 1)]
+    assert len(records) == 1
+    records += [Message(topic="t-a", partition=1, offset=200 + i, value=b"x" * i, timestamp=(1, 5 + i))
+                for i in range(3)]
+    _same(records_to_arrow(records, 4, include_headers, position=("t-a", 1)), _reference(records, 4, include_headers))
+    _same(records_to_arrow([], 4, include_headers, position=("t-a", 1)), arrow_schema(include_headers).empty_table())

@@ -161,8 +161,9 @@ def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
     """The rows of each topic-partition of ``records`` (any table with topic, partition and offset), in
     offset order: how the ledger and the acknowledgements see an epoch, found without a loop per row.
 
-    Grouped with numpy on integer keys: an acquisition's rows come in runs of one partition, each in
-    offset order, which a stable sort of the keys keeps; only otherwise are offsets sorted too."""
+    Grouped with numpy on integer keys: rows already in (topic, partition, offset) order are not sorted at all;
+    an acquisition's rows otherwise come in runs of one partition, each in offset order, which a stable sort of
+    the keys keeps; only otherwise are offsets sorted too."""
     if not records.num_rows:
         return
     topics = pc.dictionary_encode(records.column("topic")).combine_chunks()

@@ -3,9 +3,9 @@
 A record is *lost* if it was produced (delivery confirmed) but is neither in the sink nor
 accepted by an independent member of the group: KIP-932 gives at-least-once across members, so
 a record another member took is accounted for, and so is one whose ACCEPT by that member went out
-without an answer (a killed leader) and that never came back: the broker applied it. A record is
-*duplicated* if more than one sink
-row holds it (same partition and offset). Records both in the sink and at an independent member
+without an answer (a killed leader) and that never came back: inferred applied, since a record whose
+lock ran out unacknowledged is delivered again. A record is *duplicated* if more than one sink row
+holds it (same partition and offset). Records both in the sink and at an independent member
 are listed apart: that is the at-least-once overlap between members, not a duplicate.
 """
 

@@ -159,32 +159,52 @@ def _header_entries(flat: list[tuple[str, str | bytes | None]]) -> pa.StructArra
 
 def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
     """The rows of each topic-partition of ``records`` (any table with topic, partition and offset), in
-    offset order: how the ledger and the acknowledgements see an epoch, found without a loop per row.
+    (topic, partition) order and each in offset order: how the ledger and the acknowledgements see an epoch.
 
-    Grouped with numpy on integer keys: rows already in (topic, partition, offset) order are not sorted at all;
-    an acquisition's rows otherwise come in runs of one partition, each in offset order, which a stable sort of
-    the keys keeps; only otherwise are offsets sorted too."""
+    An acquisition's rows come in runs of one partition in ascending offsets, a few per partition: those runs
+    are found with numpy and each partition's are joined as slices, nothing copied or sorted. Only rows in no
+    such order (runs of one partition that interleave, or more runs than a loop over them should visit) are
+    sorted first."""
     if not records.num_rows:
         return
-    topics = pc.dictionary_encode(records.column("topic")).combine_chunks()
-    names = topics.dictionary.to_pylist()
-    by_name = np.argsort(np.array(names, dtype=object))  # dictionary indices in name order
-    rank = np.argsort(by_name)  # each dictionary index's place in name order
-    keys = (rank[topics.indices.to_numpy()].astype(np.int64) << 32) | records.column("partition").to_numpy()
-    offsets = records.column("offset").to_numpy()
-    steps = np.diff(keys)
-    if np.all(steps >= 0) and not np.any((steps == 0) & (np.diff(offsets) < 0)):  # in order already: no sort
-        grouped, ordered = keys, records
-    else:
-        order = np.argsort(keys, kind="stable")
-        grouped = keys[order]
-        if np.any((np.diff(grouped) == 0) & (np.diff(offsets[order]) < 0)):
-            order = np.lexsort((offsets, keys))
-        ordered = records.take(order)
-    starts = [0, *(np.flatnonzero(np.diff(grouped) != 0) + 1).tolist()]
-    for start, end in zip(starts, [*starts[1:], ordered.num_rows], strict=True):
-        key = int(grouped[start])
-        yield names[by_name[key >> 32]], key & 0xFFFFFFFF, ordered.slice(start, end - start)
+    runs = _ascending_runs(records, _RUNS_BEFORE_SORTING)
+    if runs is None:
+        records = records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        runs = _ascending_runs(records, None)
+        assert runs is not None, "sorted rows are one run per topic-partition"
+    for (topic, partition), pieces in runs:
+        slices = [records.slice(start, end - start) for start, end in pieces]
+        yield topic, partition, slices[0] if len(slices) == 1 else pa.concat_tables(slices)
+
+
+_RUNS_BEFORE_SORTING = 1024  # past this many runs, sorting the rows costs less than visiting each run
+
+
+def _ascending_runs(records: pa.Table, limit: int | None
+                    ) -> list[tuple[tuple[str, int], list[tuple[int, int]]]] | None:
+    """Per (topic, partition), in that order, the [start, end) row ranges that hold its rows in ascending
+    offsets; None when there are more than ``limit`` runs or two runs of one partition interleave."""
+    topics = pc.run_end_encode(records.column("topic").combine_chunks())
+    topic_ends, names = topics.run_ends.to_numpy(), topics.values.to_pylist()
+    partitions, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
+    breaks = np.flatnonzero((partitions[1:] != partitions[:-1]) | (offsets[1:] < offsets[:-1])) + 1
+    starts = np.union1d(breaks, topic_ends[:-1]) if len(topic_ends) > 1 else breaks
+    if limit is not None and len(starts) >= limit:
+        return None
+    firsts = [0, *starts.tolist()]
+    lasts = [*firsts[1:], records.num_rows]
+    topic_of = np.searchsorted(topic_ends, firsts, side="right").tolist()
+    runs = sorted(((names[t], int(partitions[first]), int(offsets[first]), first, last)
+                   for t, first, last in zip(topic_of, firsts, lasts, strict=True)))
+    grouped: list[tuple[tuple[str, int], list[tuple[int, int]]]] = []
+    for topic, partition, first_offset, first, last in runs:
+        if grouped and grouped[-1][0] == (topic, partition):
+            if first_offset < offsets[grouped[-1][1][-1][1] - 1]:
+                return None  # interleaves with the run before it
+            grouped[-1][1].append((first, last))
+        else:
+            grouped.append(((topic, partition), [(first, last)]))
+    return grouped
 
 
 def spans(offsets: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:

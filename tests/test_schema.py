@@ -7,13 +7,14 @@ headers, with delivery counts from the records, from the caller, or from neither
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import Message
 
-from sharegroup_source.schema import arrow_schema, records_to_arrow, to_ipc
+from sharegroup_source.schema import arrow_schema, by_partition, records_to_arrow, to_ipc
 
 
 def _reference(records: Sequence[Message], epoch: int, include_headers: bool,
@@ -94,3 +95,37 @@ def test_records_of_one_partition_named_by_the_caller_give_the_same_table(includ
                 for i in range(3)]
     _same(records_to_arrow(records, 4, include_headers, position=("t-a", 1)), _reference(records, 4, include_headers))
     _same(records_to_arrow([], 4, include_headers, position=("t-a", 1)), arrow_schema(include_headers).empty_table())
+
+
+def _sorted_reference(table: pa.Table) -> list[tuple[str, int, list[int]]]:
+    rows = sorted(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset")), strict=True))
+    groups: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in rows:
+        groups.setdefault((topic, partition), []).append(offset)
+    return [(topic, partition, offsets) for (topic, partition), offsets in groups.items()]
+
+
+@pytest.mark.parametrize("order", ["runs", "interleaved", "shuffled"])
+def test_by_partition_groups_rows_in_topic_partition_and_offset_order(order):
+    """An acquisition's runs are joined without a sort; rows in any other order (two runs of one partition
+    that interleave, or thousands of runs) are sorted: each way gives every row once, grouped and in order."""
+    rng = random.Random(order)
+    runs = [("b", 1, range(50, 80)), ("a", 0, range(0, 40)), ("b", 1, range(10, 50)), ("a", 2, range(5, 9)),
+            ("b", 0, range(7, 8))]
+    if order == "interleaved":
+        runs.append(("a", 0, range(20, 60, 2)))  # offsets between those of an earlier run of a-0
+    rows = [(topic, partition, offset) for topic, partition, offsets in runs for offset in offsets]
+    if order == "shuffled":
+        rows = [("t", rng.randrange(30), offset) for offset in rng.sample(range(100_000), 5_000)]
+    half = len(rows) // 2  # two chunks: a table made of several record batches
+    table = pa.concat_tables([pa.table({"topic": pa.array([r[0] for r in part], pa.string()),
+                                        "partition": pa.array([r[1] for r in part], pa.int32()),
+                                        "offset": pa.array([r[2] for r in part], pa.int64())})
+                              for part in (rows[:half], rows[half:])])
+
+    grouped = [(topic, partition, rows.column("offset").to_pylist(), set(rows.column("topic").to_pylist()),
+                set(rows.column("partition").to_pylist())) for topic, partition, rows in by_partition(table)]
+
+    assert [(t, p, o) for t, p, o, _, _ in grouped] == _sorted_reference(table)
+    assert all(topics == {t} and partitions == {p} for t, p, _, topics, partitions in grouped)
+    assert list(by_partition(table.slice(0, 0))) == []

@@ -79,9 +79,10 @@ def _replay_range(result: RangeResult, part: ReplayPartition, held: OffsetRange)
         )
     # a plain consumer's records have no delivery count: 1 unless the ledger says otherwise (below)
     table = records_to_arrow(result.records, part.epoch, part.include_headers, np.ones(len(result.records), np.int32),
-                             (held.topic, held.partition)).sort_by("offset")
+                             (held.topic, held.partition))
     if not held.redelivered:
         return table
+    # ascending: a partition's records arrive in log order, and a read resumed past the log's start starts above
     offsets = table.column("offset").to_numpy()
     counts = np.ones(len(offsets), np.int32)
     again, times = np.array(held.redelivered, np.int64).T

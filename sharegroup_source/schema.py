@@ -177,7 +177,9 @@ def by_partition(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
         yield topic, partition, slices[0] if len(slices) == 1 else pa.concat_tables(slices)
 
 
-_RUNS_BEFORE_SORTING = 1024  # past this many runs, sorting the rows costs less than visiting each run
+#: Runs a grouping visits one by one in Python; rows in more runs than this (no acquisition's order) are sorted
+#: in Arrow first.
+_RUNS_BEFORE_SORTING = 1024
 
 
 def _ascending_runs(records: pa.Table, limit: int | None

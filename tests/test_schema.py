@@ -3,6 +3,7 @@
 The reference below reads each record one field at a time, the obvious way. The fast path
 must give the same table, down to the bytes of its Arrow IPC stream, with and without
 headers, with delivery counts from the records, from the caller, or from neither.
+``by_partition``, which groups an acquisition's runs without sorting, is held to a plain sort.
 """
 
 from __future__ import annotations

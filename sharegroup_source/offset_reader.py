@@ -34,6 +34,8 @@ _CONSUME_BATCH = 10_000
 #: full, so a read that ends at the log's end, where fewer records come than offsets were asked
 #: for (gaps, lost records), waits this long once; a short wait just makes the loop go round again.
 _CONSUME_WAIT_S = 0.05
+#: How long a read waits before it reads again from a log end that stopped below delivered offsets.
+_END_RECHECK_S = 0.2
 #: A position outside the log: with ``auto.offset.reset=error`` librdkafka reports it, and stops fetching.
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 
@@ -66,13 +68,15 @@ class _Read:
     def done(self) -> bool:
         return self.end is not None or self.out_of_range or self.position > self.last
 
-    def settle(self) -> None:
-        """Offsets the log passed without giving are gaps; past the log's end, missing."""
+    def settle(self, end_is_final: bool = True) -> None:
+        """Offsets the log passed without giving are gaps; past the log's end, missing (or, while the end may
+        yet move past them, read again from where the log ended)."""
         self.result.gaps += [o for o in self.remaining if o < self.position]
         self.remaining = {o for o in self.remaining if o >= self.position}
-        if self.end is not None:
+        if self.end is not None and end_is_final:
             self.result.missing += self.remaining
             self.remaining = set()
+        self.end = None if self.remaining else self.end
 
 
 class OffsetRangeReader:
@@ -90,14 +94,22 @@ class OffsetRangeReader:
 
     The consumer is borrowed from ``pool`` (the process's) for the reader's life and given back
     at ``close``, or closed there if a read failed on it.
+
+    ``delivered``: the offsets are records a share group delivered, so the log held every one of them. A
+    log that ends below them is then a new leader whose high watermark has not caught up yet (its followers,
+    a frozen old leader among them, have not confirmed the records to it), not a loss: the read waits up to
+    half its timeout for the end to move past them before they count as missing. Offsets below the log's
+    start are missing at once (retention or deleted records: the start does not move back).
     """
 
-    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0, pool: ConsumerPool | None = None):
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0, pool: ConsumerPool | None = None,
+                 delivered: bool = False):
         self._config = replay_consumer_config(config)
         self._pool = pool or consumer_pool()
         self._consumer: Consumer | None = self._pool.take(self._config)
         self._broken = False
         self._timeout_s = timeout_s
+        self._delivered = delivered
 
     def read(self, topic: str, partition: int, offsets: Iterable[int]) -> RangeResult:
         """The records at ``offsets`` of one topic-partition."""
@@ -129,20 +141,26 @@ class OffsetRangeReader:
 
     def _read(self, consumer: Consumer, reads: dict[tuple[str, int], _Read], deadline: float) -> None:
         pending = list(reads.values())
+        # until then an end below delivered offsets is waited for; the rest of the timeout reads past it
+        end_wait_until = time.monotonic() + (self._timeout_s / 2 if self._delivered else 0)
         try:
             while pending:
                 consumer.assign([TopicPartition(r.topic, r.partition, r.position) for r in pending])
                 self._scan(consumer, reads, pending, deadline)
+                end_is_final = time.monotonic() >= end_wait_until
                 for read in pending:
-                    read.settle()
+                    read.settle(end_is_final)
                 outside = [read for read in pending if read.out_of_range]
                 for read in outside:  # only now: where does the log start and end?
                     low, high = self._watermarks(consumer, read.topic, read.partition, deadline)
-                    read.result.missing += [o for o in read.remaining if o < low or o >= high]
-                    read.remaining = {o for o in read.remaining if low <= o < high}
+                    end = high if end_is_final else None
+                    read.result.missing += [o for o in read.remaining if o < low or (end is not None and o >= end)]
+                    read.remaining = {o for o in read.remaining if low <= o and (end is None or o < end)}
                     read.out_of_range = False
                     read.position = min(read.remaining, default=read.last + 1)
-                pending = [read for read in outside if read.remaining]
+                pending = [read for read in pending if read.remaining]
+                if pending and not end_is_final:  # the log may still end below delivered offsets: not at once
+                    time.sleep(_END_RECHECK_S)
         finally:
             consumer.unassign()
 

@@ -65,7 +65,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 def _replay(part: ReplayPartition) -> pa.Table:
     """The task's ranges, read at once: their partitions' fetches go out together."""
-    with OffsetRangeReader(part.client_config) as reader:
+    with OffsetRangeReader(part.client_config, delivered=True) as reader:
         results = reader.read_many({(held.topic, held.partition): held.offsets() for held in part.ranges})
     return pa.concat_tables([_replay_range(results[held.topic, held.partition], part, held) for held in part.ranges])
 
@@ -103,7 +103,7 @@ def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table
     wanted: dict[tuple[str, int], list[int]] = {}
     for topic, partition, offset in counts:
         wanted.setdefault((topic, partition), []).append(offset)
-    with OffsetRangeReader(client_config) as reader:
+    with OffsetRangeReader(client_config, delivered=True) as reader:
         records = sorted((m for result in reader.read_many(wanted).values() for m in result.records), key=message_key)
     return records_to_arrow(records, 0, include_headers=True,
                             delivery_counts=[counts[message_key(m)] for m in records])

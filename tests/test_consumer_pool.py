@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,6 +121,24 @@ def test_offsets_past_the_log_end_are_missing_on_every_read(kafka: KafkaUnderTes
         assert _values(tail) == [b"v3", b"v4"] and tail.missing == [5, 6] and tail.gaps == []
         assert at_end.records == [] and at_end.missing == [5, 6] and at_end.gaps == []
         assert far.records == [] and far.missing == [9, 12] and far.gaps == []
+
+
+def test_delivered_offsets_past_the_end_are_read_once_the_end_moves_past_them(kafka: KafkaUnderTest,
+                                                                              pool: ConsumerPool):
+    """A share group delivered these offsets, so the log held them: a log that ends below them is a new leader
+    whose high watermark has not caught up, waited for (up to half the read's timeout); an end that never moves
+    leaves them missing after that, as for any reader."""
+    topic = kafka.new_topic(1)
+    kafka.produce(topic, [(0, None, f"v{i}".encode()) for i in range(5)])
+    catching_up = threading.Timer(1.0, kafka.produce, (topic, [(0, None, f"v{i}".encode()) for i in range(5, 8)]))
+    catching_up.start()
+    with OffsetRangeReader(kafka.config(), timeout_s=20, pool=pool, delivered=True) as reader:
+        caught_up = reader.read(topic, 0, [3, 4, 5, 6, 7])
+    catching_up.join()
+    with OffsetRangeReader(kafka.config(), timeout_s=2, pool=pool, delivered=True) as reader:
+        never = reader.read(topic, 0, [7, 8, 9])
+    assert _values(caught_up) == [b"v3", b"v4", b"v5", b"v6", b"v7"] and caught_up.missing == []
+    assert _values(never) == [b"v7"] and never.missing == [8, 9] and never.gaps == []
 
 
 def test_offsets_below_the_log_start_are_missing(kafka: KafkaUnderTest, pool: ConsumerPool):

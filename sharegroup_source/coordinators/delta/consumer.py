@@ -132,7 +132,7 @@ class DeltaShareConsumer:
         self._dead_letters = _dead_letters(str(dead_letter_location) if dead_letter_location else None,
                                            self._group.location)
         self.member_id = f"worker-{uuid.uuid4().hex}"
-        self._reader = OffsetRangeReader(self._kafka)
+        self._reader = OffsetRangeReader(self._kafka, delivered=True)
         self._coordinator: DeltaCoordinator | None = None
         self._topics: list[str] = []
         self._in_flight: dict[Position, DeltaMessage] = {}  # returned by a poll, not settled yet

@@ -68,7 +68,7 @@ class _Read:
     def done(self) -> bool:
         return self.end is not None or self.out_of_range or self.position > self.last
 
-    def settle(self, end_is_final: bool = True) -> None:
+    def settle(self, end_is_final: bool) -> None:
         """Offsets the log passed without giving are gaps; past the log's end, missing (or, while the end may
         yet move past them, read again from where the log ended)."""
         self.result.gaps += [o for o in self.remaining if o < self.position]

@@ -3,8 +3,9 @@
 A share-group broker, a producer of sample orders, and a Spark query reading
 ``format("sharegroup")`` into a Delta table. One line per micro-batch, then a summary read
 from the state tables. Finishes by itself in about two minutes; Ctrl-C stops it early, as
-cleanly (the query stops, the summary is printed, the temporary folder is removed, or kept
-and its path printed with SHAREGROUP_DEMO_KEEP=1).
+cleanly (the batch in progress ends, the query stops, the summary is printed, the temporary
+folder is removed, or kept and its path printed with SHAREGROUP_DEMO_KEEP=1); a second Ctrl-C
+stops the query without waiting for the batch.
 
     python examples/demo.py                  # the embedded broker: fast, no JVM broker
     python examples/demo.py --kafka apache   # Apache Kafka's own broker (needs make jars)
@@ -30,6 +31,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.cli import plain_text
 from sharegroup_source.kafka_clients import admin_config, producer_config
@@ -41,17 +43,43 @@ from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
 ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
+BATCH_PATIENCE_SECONDS = 60  # how long a stop waits for the batch in progress to end
 
 
 class StopRequest:
-    """Set by Ctrl-C. The handler only assigns a flag: it runs between two bytecodes of the main
-    thread, which may hold any lock at that moment (an Event's, stdout's), so taking one could hang."""
+    """Counts Ctrl-Cs: the first asks for a stop between two batches, a second for a stop now. The
+    handler only counts: it runs between two bytecodes of the main thread, which may hold any lock
+    at that moment (an Event's, stdout's), so taking one could hang."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self.presses = 0
 
     def __call__(self, signum: int, frame: object) -> None:
-        self.requested = True
+        self.presses += 1
+
+    @property
+    def requested(self) -> bool:
+        return self.presses > 0
+
+    @property
+    def urgent(self) -> bool:
+        return self.presses > 1
+
+
+def stop_between_batches(query: StreamingQuery, stop: StopRequest, patience_s: float = BATCH_PATIENCE_SECONDS) -> None:
+    """Stops ``query`` while no batch runs, as a graceful stop should.
+
+    ``query.stop()`` during a batch cancels its Spark jobs: the batch's records go back to the share
+    group (RELEASE, nothing is lost), but Spark prints what the cancel broke, a killed Python task's
+    ``BrokenPipeError`` and, with ``foreachBatch``, a ``StackOverflowError`` from its own check of
+    the cancelled job's long message. Between batches the stream thread waits for its next trigger
+    and a stop interrupts only that wait. A batch that began between the look and the stop is
+    still planning: the stop interrupts it before it runs a task.
+    """
+    deadline = time.monotonic() + patience_s
+    while query.isActive and query.status["isTriggerActive"] and not stop.urgent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
 
 
 def produce_orders(producer: Producer, done: threading.Event, stopping: Callable[[], bool]) -> None:
@@ -182,8 +210,8 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
                 break
             time.sleep(0.5)
         if stop.requested:
-            print("stopping: Ctrl-C", flush=True)
-        query.stop()
+            print("stopping: Ctrl-C, after the batch in progress (Ctrl-C again: at once)", flush=True)
+        stop_between_batches(query, stop)
         producer.join(10)  # it stops producing at Ctrl-C; the broker must outlive its last send
         summarize(spark, state, sink, time.monotonic() - started)
         spark.stop()

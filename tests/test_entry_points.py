@@ -36,7 +36,10 @@ def test_help_is_plain_text_and_does_no_work(command: list[str], tmp_path: Path)
 
 @pytest.mark.timeout(400)
 def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
-    """A real SIGINT to the demo's process group, as a terminal's Ctrl-C sends it, once batches flow."""
+    """A real SIGINT to the demo's process group, as a terminal's Ctrl-C sends it, once batches flow.
+
+    It arrives as the second batch starts (the first is slow, so the second is due at once): the demo
+    lets that batch end and stops the query between batches."""
     demo = subprocess.Popen([sys.executable, "examples/demo.py"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
@@ -56,7 +59,10 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
             os.killpg(demo.pid, signal.SIGKILL)
     output = "".join(seen) + out
     assert demo.returncode == 0, f"{output}\n{err}"
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    # the batch in progress ended before the stop: no cancelled job's StackOverflowError, killed task's
+    # BrokenPipeError or interrupted checkpoint write in Spark's output
+    for broken in ("Traceback", "KeyboardInterrupt", "Exception", "Error", "cancelled"):
+        assert broken not in err, (broken, err)
     # quiet by default: no raw librdkafka lines, no CONFWARN, no preview notice, no Spark console progress bar
     for noise in ("|FAIL|", "CONFWARN", "Preview", "[Stage ", "ResolveWriteToStream", "Your hostname"):
         assert noise not in err, (noise, err)

@@ -43,6 +43,7 @@ from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
 ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
+TRIGGER_MS, STOP_MARGIN_MS = 2_000, 250  # the query's processing-time trigger; a stop keeps this far from it
 BATCH_PATIENCE_SECONDS = 60  # how long a stop waits for the batch in progress to end
 
 
@@ -67,17 +68,20 @@ class StopRequest:
 
 
 def stop_between_batches(query: StreamingQuery, stop: StopRequest, patience_s: float = BATCH_PATIENCE_SECONDS) -> None:
-    """Stops ``query`` while no batch runs, as a graceful stop should.
+    """Stops ``query`` while it waits for its next trigger, as a graceful stop should.
 
     ``query.stop()`` during a batch cancels its Spark jobs: the batch's records go back to the share
     group (RELEASE, nothing is lost), but Spark prints what the cancel broke, a killed Python task's
     ``BrokenPipeError`` and, with ``foreachBatch``, a ``StackOverflowError`` from its own check of
     the cancelled job's long message. Between batches the stream thread waits for its next trigger
-    and a stop interrupts only that wait. A batch that began between the look and the stop is
-    still planning: the stop interrupts it before it runs a task.
+    and a stop interrupts only that wait. Spark's processing-time trigger fires at multiples of its
+    interval on the wall clock, so the stop also keeps clear of the next one.
     """
     deadline = time.monotonic() + patience_s
-    while query.isActive and query.status["isTriggerActive"] and not stop.urgent and time.monotonic() < deadline:
+    while query.isActive and not stop.urgent and time.monotonic() < deadline:
+        idle = not query.status["isTriggerActive"]
+        if idle and TRIGGER_MS - time.time() * 1000 % TRIGGER_MS > STOP_MARGIN_MS:
+            break
         time.sleep(0.05)
     query.stop()
 
@@ -197,7 +201,7 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
                   f" | lock headroom {'-' if headroom is None else f'{headroom / 1000:.1f}s'}", flush=True)
 
         query = (orders.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(checkpoint))
-                 .trigger(processingTime="2 seconds").start())
+                 .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
         # one producer for the whole run: on the embedded broker a client connection that closes ends every
         # share session on the node, so a producer dropped mid-run would fail the query's next acknowledgements
         orders_producer = Producer(producer_config({"bootstrap.servers": servers, "linger.ms": 20}))

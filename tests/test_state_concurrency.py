@@ -94,6 +94,20 @@ def test_four_processes_share_one_partition_without_overlap(tmp_path: Path) -> N
     sp = StateStore(location, share_config=CONFIG).share_state.partition(TOPIC, 0)
     assert sp is not None and (sp.spso, sp.speo, sp.batches) == (RECORDS, RECORDS, ())
     acquisitions = {i: sum(1 for e in log if e[0] == "acquire") for i, log in enumerate(logs)}
+    overlapping = _holds_overlapping_another_process(logs)
     print(f"\n{PROCESSES} processes settled {RECORDS} records in {elapsed:.1f}s with {releases} releases; "
-          f"acquisitions per process: {acquisitions}")
-    assert releases > 0 and all(acquisitions.values())
+          f"{overlapping} acquisitions while another process held records; acquisitions per process: {acquisitions}")
+    # the processes held records at the same time. Not every process need have won a race: a
+    # compare-and-swap commit is not fair, and a process the machine's load slows loses them (one of
+    # four acquired nothing in a 3.6 s run beside another whole suite)
+    assert releases > 0 and overlapping > 0 and sum(1 for n in acquisitions.values() if n) >= 2, acquisitions
+
+
+def _holds_overlapping_another_process(logs: list[list[Event]]) -> int:
+    """Acquisitions committed while another process held records: between that process's acquire and settle."""
+    holds = []  # (acquired at version, settled at version, process)
+    for process, log in enumerate(logs):
+        acquired = [version for event, *_, version in log if event == "acquire"]
+        settled = sorted({version for event, *_, version in log if event == "settle"})
+        holds += [(a, min(v for v in settled if v > a), process) for a in set(acquired)]
+    return sum(1 for a, _, p in holds if any(q != p and b < a < c for b, c, q in holds))

@@ -162,9 +162,12 @@ class KafkaUnderTest:
     def producer(self) -> Producer:
         """One producer for the run: on the embedded broker a client connection that closes
         drops every share session on the node, so a producer per call (closed whenever the
-        garbage collector gets to it) would fail some later test's acknowledgements."""
+        garbage collector gets to it) would fail some later test's acknowledgements. Idempotent, so a
+        batch retried under load (a busy broker, a new topic's leader not known yet) keeps its
+        partition's order: tests read offsets as the order they produced."""
         if self._producer is None:
-            self._producer = Producer(self.config(**{"linger.ms": 5, "log.connection.close": False}))
+            self._producer = Producer(self.config(**{"linger.ms": 5, "log.connection.close": False,
+                                                     "enable.idempotence": True}))
         return self._producer
 
     def produce(self, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> int:

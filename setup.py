@@ -20,12 +20,16 @@ setup(
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
     # Spark's quiet logging for the local sessions of sharegroup_source.testing (and conf/spark-defaults.conf)
-    package_data={"sharegroup_source": ["conf/log4j2.properties"]},
+    # and Kafka's message definitions of the share-group admin APIs kafka-python does not ship
+    package_data={"sharegroup_source": ["conf/log4j2.properties", "admin/messages/*.json"]},
     # No pyspark: Databricks and spark-submit bring their own Spark, and a pyspark from an index would
     # shadow it. `import sharegroup_source.source` checks the running Spark (sharegroup_source.check_spark);
     # the `spark` extra brings one for local use.
     install_requires=[
         "confluent-kafka>=2.16,<3",
+        # Kafka's share-group admin protocol (describe, reset, delete share groups), which confluent-kafka lacks:
+        # kafka-python builds requests from Kafka's own message definitions; 3.0.12 is the version checked
+        "kafka-python>=3.0.12,<3.1",
         "deltalake>=1.6,<2",
         "pyarrow>=15,<30",
         "pandas>=2.2,<3",

@@ -5,11 +5,16 @@
 
 Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
 
-    sharegroup describe LOCATION [LOCATION ...] [--bootstrap-servers B] [--json]
-    sharegroup reset-offsets LOCATION --to-earliest --bootstrap-servers B [--execute]
-    sharegroup delete-offsets LOCATION --topic T
+    sharegroup describe --all-groups --bootstrap-servers B [--json]
+    sharegroup describe [LOCATION ...] [--group G ...] [--bootstrap-servers B] [--json]
+    sharegroup reset-offsets (LOCATION | --group G) --to-earliest --bootstrap-servers B [--execute]
+    sharegroup delete-offsets (LOCATION | --group G) --topic T [--bootstrap-servers B] [--execute]
+    sharegroup delete --group G [--group G ...] --bootstrap-servers B [--execute]
 
-describe, reset and delete share groups (sharegroup_source.admin); describing never joins one.
+describe, reset and delete share groups (sharegroup_source.admin); describing never joins one. A
+LOCATION is a coordinator=delta group's groupLocation or a broker-mode query's stateLocation; a
+group id (--group) is a coordinator=broker group, asked of its Kafka coordinator. Changes are dry
+runs unless --execute.
 Each takes --command-config FILE, Kafka client settings as Kafka's own tools take them (a Java
 properties file: security.protocol, sasl.jaas.config, ssl.truststore.location of a PEM file...,
 translated to librdkafka's names), where stateStorage.KEY lines and --storage-option KEY=VALUE
@@ -82,21 +87,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: The commands that operate share groups (sharegroup_source.admin); the others serve a broker.
-ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets")
+ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete")
 _LOCATION_HELP = "a groupLocation (coordinator=delta) or a query's stateLocation (coordinator=broker)"
-_SERVERS_HELP = "the Kafka cluster the group reads (log offsets and lag are looked up there)"
+_SERVERS_HELP = "the Kafka cluster the group reads (log offsets, lag and broker groups are looked up there)"
+_GROUP_HELP = "a coordinator=broker share group's id, asked of its Kafka coordinator (repeatable)"
+_EXECUTE_HELP = "apply the change (default: a dry run that prints what would change)"
 
 
 def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     describe = commands.add_parser("describe", help="describe share groups: offsets, lag, records in flight, members "
                                    "(never joins a group)")
-    describe.add_argument("locations", nargs="+", metavar="LOCATION", help=_LOCATION_HELP)
+    describe.add_argument("locations", nargs="*", metavar="LOCATION", help=_LOCATION_HELP)
+    describe.add_argument("--group", action="append", default=[], metavar="G", help=_GROUP_HELP)
+    describe.add_argument("--all-groups", action="store_true", help="every share group of the cluster")
     describe.add_argument("--bootstrap-servers", metavar="B", help=_SERVERS_HELP)
     describe.add_argument("--json", action="store_true", help="print a JSON list, one object per group")
     _add_client_settings(describe)
-    reset = commands.add_parser("reset-offsets", help="reset a coordinator=delta group's share-partitions (a dry "
-                                "run unless --execute); refused while a member holds records or was seen lately")
-    reset.add_argument("location", metavar="LOCATION", help="the group's groupLocation")
+    reset = commands.add_parser("reset-offsets", help="reset a share group's start offsets (a dry run unless "
+                                "--execute); refused while the group has members")
+    _add_target(reset)
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", dest="to", action="store_const", const="earliest", help="the log start")
     to.add_argument("--to-latest", dest="to", action="store_const", const="latest", help="the log end")
@@ -105,14 +114,29 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     to.add_argument("--to-offset", dest="to", type=int, metavar="N", help="this offset, kept within the log")
     reset.add_argument("--topic", action="append", metavar="T[:P,...]",
                        help="a topic, or some of its partitions (repeatable; default every share-partition)")
-    reset.add_argument("--execute", action="store_true", help="commit the reset (default: print the plan only)")
+    reset.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
     reset.add_argument("--bootstrap-servers", metavar="B", required=True, help=_SERVERS_HELP)
     _add_client_settings(reset)
-    delete = commands.add_parser("delete-offsets", help="remove a topic's share-partitions from a coordinator=delta "
-                                 "group; refused while a member holds records or was seen lately")
-    delete.add_argument("location", metavar="LOCATION", help="the group's groupLocation")
-    delete.add_argument("--topic", required=True, metavar="T", help="the topic whose state the group forgets")
+    delete_offsets = commands.add_parser("delete-offsets", help="make a share group forget a topic (a dry run "
+                                         "unless --execute); refused while the group has members")
+    _add_target(delete_offsets)
+    delete_offsets.add_argument("--topic", required=True, metavar="T", help="the topic whose state the group forgets")
+    delete_offsets.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
+    delete_offsets.add_argument("--bootstrap-servers", metavar="B", help=_SERVERS_HELP + " (for --group)")
+    _add_client_settings(delete_offsets)
+    delete = commands.add_parser("delete", help="delete coordinator=broker share groups (a dry run unless "
+                                 "--execute); refused for a group with members")
+    delete.add_argument("--group", action="append", required=True, metavar="G", help=_GROUP_HELP)
+    delete.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
+    delete.add_argument("--bootstrap-servers", metavar="B", required=True, help=_SERVERS_HELP)
     _add_client_settings(delete)
+
+
+def _add_target(command: argparse.ArgumentParser) -> None:
+    """The group a change applies to: a delta group's LOCATION, or a broker group's --group."""
+    target = command.add_mutually_exclusive_group(required=True)
+    target.add_argument("location", nargs="?", metavar="LOCATION", help="a coordinator=delta group's groupLocation")
+    target.add_argument("--group", metavar="G", help="a coordinator=broker share group's id")
 
 
 def _add_client_settings(command: argparse.ArgumentParser) -> None:
@@ -384,7 +408,8 @@ def _admin(args: argparse.Namespace) -> int:
     from sharegroup_source.admin import GroupNotEmptyError
     from sharegroup_source.errors import ClusterError, StateStoreError
 
-    handlers = {"describe": _describe, "reset-offsets": _reset_offsets, "delete-offsets": _delete_offsets}
+    handlers = {"describe": _describe, "reset-offsets": _reset_offsets, "delete-offsets": _delete_offsets,
+                "delete": _delete}
     try:
         args.settings = read_command_config(args.command_config, args.storage_option)
     except ValueError as error:
@@ -404,23 +429,26 @@ def _describe(args: argparse.Namespace) -> int:
     """Every group described is printed; each that failed gets one line on stderr and the exit status 1."""
     from sharegroup_source.admin import describe_groups, describe_table
 
-    descriptions = describe_groups(args.locations, bootstrap_servers=args.bootstrap_servers,
-                                   kafka_config=args.settings.kafka, storage_options=dict(args.settings.storage))
+    if not (args.locations or args.group or args.all_groups):
+        raise ValueError("describe what? name LOCATIONs, --group G, or --all-groups")
+    descriptions = describe_groups(args.locations, groups=args.group, all_groups=args.all_groups,
+                                   bootstrap_servers=args.bootstrap_servers, kafka_config=args.settings.kafka,
+                                   storage_options=dict(args.settings.storage))
     if args.json:
         print(json.dumps([d.to_dict() for d in descriptions], indent=2))
     else:
         print(describe_table(descriptions))
     failed = [d for d in descriptions if d.error is not None]
     for d in failed:
-        group = f" (group {d.group_id})" if d.group_id else ""
-        print(f"sharegroup: error: {d.location}{group}: {d.error}", file=sys.stderr)
+        where = " ".join(part for part in (d.location, f"(group {d.group_id})" if d.group_id else None) if part)
+        print(f"sharegroup: error: {where or 'cluster'}: {d.error}", file=sys.stderr)
     return 1 if failed else 0
 
 
 def _reset_offsets(args: argparse.Namespace) -> int:
     from sharegroup_source.admin import reset_offsets, reset_table
 
-    plan = reset_offsets(args.location, to=args.to, topics=args.topic, execute=args.execute,
+    plan = reset_offsets(args.location, group=args.group, to=args.to, topics=args.topic, execute=args.execute,
                          bootstrap_servers=args.bootstrap_servers, kafka_config=args.settings.kafka,
                          storage_options=dict(args.settings.storage))
     print(reset_table(plan))
@@ -430,9 +458,27 @@ def _reset_offsets(args: argparse.Namespace) -> int:
 def _delete_offsets(args: argparse.Namespace) -> int:
     from sharegroup_source.admin import delete_offsets
 
-    removed = delete_offsets(args.location, args.topic, storage_options=dict(args.settings.storage))
-    print("\n".join(f"{args.topic}  {partition}  deleted" for partition in removed))
+    removed = delete_offsets(args.location, args.topic, group=args.group, execute=args.execute,
+                             bootstrap_servers=args.bootstrap_servers, kafka_config=args.settings.kafka,
+                             storage_options=dict(args.settings.storage))
+    done = "deleted" if args.execute else "would be deleted (dry run: add --execute)"
+    print("\n".join(f"{args.topic}  {partition}  {done}" for partition in removed))
     return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    """One line per group; the exit status 1 when any could not be (or would not be) deleted."""
+    from sharegroup_source.admin import delete_groups
+
+    outcomes = delete_groups(args.group, execute=args.execute, bootstrap_servers=args.bootstrap_servers,
+                             kafka_config=args.settings.kafka)
+    done = "deleted" if args.execute else "would be deleted (dry run: add --execute)"
+    for group, error in outcomes.items():
+        if error is None:
+            print(f"{group}  {done}")
+        else:
+            print(f"sharegroup: error: group {group}: {error}", file=sys.stderr)
+    return 1 if any(error is not None for error in outcomes.values()) else 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,458 @@
+"""Kafka's share-group admin protocol, spoken through kafka-python: no JVM, no framing of our own.
+
+confluent-kafka's AdminClient has no share-group call. kafka-python 3 builds every request from
+Kafka's own JSON message definitions and brings connections, ApiVersions negotiation (each
+request goes out at the highest version both sides have), SASL and TLS. It ships no definitions
+for ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets and
+DeleteShareGroupOffsets, so those are loaded from ``messages/`` (Kafka's own files).
+
+What the admin needs of a cluster, batched as KIP-699 and KIP-709 want it: one ListGroups per
+broker (each answers for the groups it coordinates, so those need no FindCoordinator), one
+FindCoordinator for every other group, one request per coordinator for each group API, one
+ListOffsets per partition leader. Each group's error is that group's; a retriable one
+(coordinator moving or loading) is retried within the timeout. Every request is counted in
+:attr:`ShareGroupProtocol.requests`, so a describe's cost can be asserted and benchmarked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import kafka.errors as errors
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
+
+import sharegroup_source.admin.messages as messages
+from sharegroup_source.errors import ClusterError, OptionError
+
+__all__ = ["EARLIEST", "LATEST", "NO_SHARE_GROUP_ADMIN", "Coordinator", "DescribedShareGroup", "Failed",
+           "ShareGroupProtocol", "ShareMember", "StartOffset", "kafka_python_config"]
+
+Key = tuple[str, int]
+T = TypeVar("T")
+
+#: How a cluster without share-group admin APIs is named (librdkafka's embedded broker, Kafka before 4.1).
+NO_SHARE_GROUP_ADMIN = "the Kafka cluster has no share-group admin API"
+#: ListOffsets timestamps: the log start and the log end.
+EARLIEST, LATEST = -2, -1
+#: Errors that mean "ask again shortly": the coordinator moved, is loading, or its node is away.
+_RETRIABLE = (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError, errors.CoordinatorLoadInProgressError)
+_BACKOFF_S = 0.2
+
+
+# kafka-python's way to add messages: classes named as Kafka's definitions, loaded from our package
+class ShareGroupDescribeRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class ShareGroupDescribeResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class DescribeShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class DescribeShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class AlterShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class AlterShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+class DeleteShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A group's, partition's or topic's error as the broker (or the connection) gave it."""
+
+    code: str  # Kafka's name of the error, e.g. GROUP_ID_NOT_FOUND
+    message: str | None = None
+    retriable: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+    @classmethod
+    def of(cls, code: int, message: str | None = None) -> Failed | None:
+        """None for no error (code 0)."""
+        if code == 0:
+            return None
+        error = errors.for_code(code)
+        return cls(getattr(error, "message", f"ERROR_{code}"), message or None, issubclass(error, _RETRIABLE))
+
+    @classmethod
+    def raised(cls, error: Exception) -> Failed:
+        name = getattr(error, "message", None) or type(error).__name__
+        text = str(error.args[0]) if error.args else None
+        return cls(name, text, isinstance(error, (*_RETRIABLE, errors.KafkaConnectionError,
+                                                  errors.NodeNotReadyError, errors.RequestTimedOutError)))
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port} ({self.node_id})"
+
+
+@dataclass(frozen=True)
+class ShareMember:
+    member_id: str
+    client_id: str
+    host: str
+    member_epoch: int
+    subscribed: tuple[str, ...]
+    assignment: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class DescribedShareGroup:
+    """ShareGroupDescribe's answer for one group (Kafka's states: Empty, Stable, Dead)."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[ShareMember, ...]
+
+
+@dataclass(frozen=True)
+class StartOffset:
+    """DescribeShareGroupOffsets' answer for one share-partition: the SPSO (None: not initialized) and,
+    from version 1 (KIP-1226), the lag (None: the broker does not say)."""
+
+    start_offset: int | None
+    lag: int | None
+    error: Failed | None = None
+
+
+def kafka_python_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings (the source's ``kafka.*`` without the prefix, or ``--command-config``'s translated
+    ones) as kafka-python's, for the settings a connection needs. A setting kafka-python cannot honour is an
+    OptionError naming it, never a silently weaker connection."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in _IGNORED or key.startswith(_IGNORED_PREFIXES):
+            continue
+        if key == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = str(value).lower() != "none"
+        elif key in ("sasl.mechanism", "sasl.mechanisms"):
+            out["sasl_mechanism"] = str(value).upper()
+        elif key == "security.protocol":
+            out["security_protocol"] = str(value).upper()
+        elif key in _SETTINGS:
+            out[_SETTINGS[key]] = value
+        else:
+            raise OptionError(f"setting '{key}' is not supported by the share-group admin client (kafka-python); "
+                              f"it takes {', '.join(sorted([*_SETTINGS, 'security.protocol', 'sasl.mechanism']))}")
+    return out
+
+
+_SETTINGS = {"bootstrap.servers": "bootstrap_servers", "client.id": "client_id",
+             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
+             "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
+             "ssl.key.location": "ssl_keyfile", "ssl.key.password": "ssl_password",
+             "sasl.kerberos.service.name": "sasl_kerberos_service_name"}
+#: librdkafka settings that tune its own client and mean nothing to a short admin conversation.
+_IGNORED = {"debug", "logger", "socket.connection.setup.timeout.ms", "socket.timeout.ms", "request.timeout.ms",
+            "enable.ssl.certificate.verification", "api.version.request", "broker.address.family",
+            "topic.metadata.refresh.interval.ms", "log_level", "error_cb", "statistics.interval.ms"}
+_IGNORED_PREFIXES = ("group.", "share.", "enable.auto", "auto.", "fetch.", "max.poll", "session.", "heartbeat.",
+                     "isolation.", "queued.", "partition.", "linger", "acks", "enable.idempotence")
+
+
+class ShareGroupProtocol:
+    """One conversation with a cluster about its share groups; never a member of any.
+
+    Each call blocks until every answer is in or ``timeout_s`` passed; what did not answer in
+    time is that group's (or partition's) error, so a dead coordinator costs its groups, not
+    the call.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float):
+        self.timeout_s = timeout_s
+        self.requests: Counter[str] = Counter()
+        self._servers = config.get("bootstrap.servers")
+        settings = kafka_python_config(config)
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its errors come back to us as values
+        try:
+            self._admin = KafkaAdminClient(**settings, request_timeout_ms=int(timeout_s * 1000),
+                                           bootstrap_timeout_ms=int(timeout_s * 1000),
+                                           reconnect_backoff_max_ms=1000)
+        except errors.KafkaError as error:
+            raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within {timeout_s:.0f}s: "
+                               f"{Failed.raised(error)}") from None
+        self._manager = self._admin._manager
+        self._coordinators: dict[str, int] = {}
+        self.requests["ApiVersions+Metadata (bootstrap)"] += 1
+        missing = [name for name, request in _SHARE_APIS.items() if request.API_KEY not in self._api_versions()]
+        if missing:
+            self.close()
+            raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers} "
+                               f"({', '.join(missing)}): share groups need Apache Kafka 4.1 or later with share "
+                               "groups enabled")
+
+    def _api_versions(self) -> Mapping[int, Any]:
+        return self._manager.broker_version_data.api_versions or {}
+
+    def close(self) -> None:
+        self._admin.close()
+
+    def __enter__(self) -> ShareGroupProtocol:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the calls -------------------------------------------------------------------------------------
+    def brokers(self) -> dict[int, Coordinator]:
+        return {b.node_id: Coordinator(b.node_id, b.host, b.port) for b in self._manager.cluster.brokers()}
+
+    def coordinators(self) -> dict[str, int]:
+        """The coordinator node of each group this conversation found one for."""
+        return dict(self._coordinators)
+
+    def list_share_groups(self) -> tuple[list[str], dict[int, Failed]]:
+        """Every share group of the cluster, one ListGroups (type share) per broker; and the brokers that
+        could not answer. Each listed group's coordinator is the broker that listed it."""
+        return self._run(self._list_share_groups)
+
+    def describe(self, group_ids: Sequence[str]) -> dict[str, DescribedShareGroup | Failed]:
+        return self._run(self._grouped, group_ids, _describe_request, _parse_describe)
+
+    def start_offsets(self, group_ids: Sequence[str]) -> dict[str, dict[Key, StartOffset] | Failed]:
+        return self._run(self._grouped, group_ids, _offsets_request, _parse_offsets)
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, Failed | None]:
+        return self._run(self._grouped, group_ids, _delete_groups_request, _parse_delete_groups)
+
+    def alter_start_offsets(self, group_id: str, offsets: Mapping[Key, int]) -> Failed | dict[Key, Failed | None]:
+        """AlterShareGroupOffsets: the group's error, or each partition's outcome."""
+        result = self._run(self._grouped, [group_id], lambda _: _alter_request(group_id, offsets),
+                           lambda response, _: {group_id: _parse_alter(response)})
+        return result[group_id]
+
+    def delete_start_offsets(self, group_id: str, topics: Sequence[str]) -> Failed | dict[str, Failed | None]:
+        """DeleteShareGroupOffsets: the group's error, or each topic's outcome."""
+        result = self._run(self._grouped, [group_id], lambda _: _delete_offsets_request(group_id, topics),
+                           lambda response, _: {group_id: _parse_delete_offsets(response)})
+        return result[group_id]
+
+    def log_offsets(self, keys: Iterable[Key], timestamp: int) -> dict[Key, int | Failed]:
+        """Per partition, the offset at ``timestamp`` (EARLIEST, LATEST, or ms: the first record at or after
+        it, -1 if none): one Metadata request, then one ListOffsets per partition leader."""
+        return self._run(self._log_offsets, sorted(set(keys)), timestamp)
+
+    # -- how they are sent ------------------------------------------------------------------------------
+    def _run(self, coroutine: Callable[..., Awaitable[T]], *args: Any) -> T:
+        return self._manager.run(coroutine, *args)
+
+    async def _send(self, request: ApiMessage, node_id: int | None, deadline: float) -> Any:
+        self.requests[request.name] += 1
+        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        return await self._manager.wait_for(self._manager.send(request, node_id=node_id), remaining_ms)
+
+    async def _list_share_groups(self) -> tuple[list[str], dict[int, Failed]]:
+        deadline = time.monotonic() + self.timeout_s
+        request = ListGroupsRequest(types_filter=["share"], min_version=5)
+        futures = {node: self._send(request, node, deadline) for node in self.brokers()}
+        groups: list[str] = []
+        failed: dict[int, Failed] = {}
+        for node, future in futures.items():
+            try:
+                response = await future
+            except errors.KafkaError as error:
+                failed[node] = Failed.raised(error)
+                continue
+            refused = Failed.of(response.error_code)
+            if refused is not None:
+                failed[node] = refused
+                continue
+            for group in response.groups:
+                if group.group_type.lower() == "share":
+                    groups.append(group.group_id)
+                    self._coordinators[group.group_id] = node
+        return sorted(groups), failed
+
+    async def _find_coordinators(self, group_ids: Sequence[str], deadline: float) -> dict[str, int | Failed]:
+        """Each group's coordinator: cached, or one batched FindCoordinator (v4+, KIP-699) for the rest."""
+        found: dict[str, int | Failed] = {g: self._coordinators[g] for g in group_ids if g in self._coordinators}
+        unknown = [g for g in group_ids if g not in found]
+        if not unknown:
+            return found
+        request = FindCoordinatorRequest(key_type=CoordinatorType.GROUP.value, coordinator_keys=unknown, min_version=4)
+        try:
+            response = await self._send(request, None, deadline)
+        except errors.KafkaError as error:
+            return {**found, **dict.fromkeys(unknown, Failed.raised(error))}
+        for coordinator in response.coordinators:
+            refused = Failed.of(coordinator.error_code, coordinator.error_message)
+            if refused is None:
+                self._coordinators[coordinator.key] = coordinator.node_id
+            found[coordinator.key] = refused if refused is not None else coordinator.node_id
+        return found
+
+    async def _grouped(self, group_ids: Sequence[str], build: Callable[[list[str]], ApiMessage],
+                       parse: Callable[[Any, list[str]], Mapping[str, T]]) -> dict[str, T | Failed]:
+        """One request per coordinator for its groups, all in flight at once; groups whose answer is a
+        retriable error (or whose coordinator did not answer) are asked again until the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        pending = list(dict.fromkeys(group_ids))
+        results: dict[str, T | Failed] = {}
+        while pending:
+            retry: list[str] = []
+
+            def settle(group: str, outcome: T | Failed, retry: list[str] = retry) -> None:
+                if isinstance(outcome, Failed) and outcome.retriable and time.monotonic() + _BACKOFF_S < deadline:
+                    self._coordinators.pop(group, None)
+                    retry.append(group)
+                results[group] = outcome
+
+            by_node: dict[int, list[str]] = defaultdict(list)
+            for group, coordinator in (await self._find_coordinators(pending, deadline)).items():
+                if isinstance(coordinator, Failed):
+                    settle(group, coordinator)
+                else:
+                    by_node[coordinator].append(group)
+            futures = {node: self._send(build(groups), node, deadline) for node, groups in by_node.items()}
+            for node, future in futures.items():
+                try:
+                    answers: Mapping[str, T | Failed] = parse(await future, by_node[node])
+                except errors.KafkaError as error:
+                    answers = dict.fromkeys(by_node[node], Failed.raised(error))
+                for group in by_node[node]:
+                    settle(group, answers.get(group, Failed("NO_ANSWER", f"coordinator {node} left it out")))
+            pending = retry
+            if pending:
+                await self._manager._net.sleep(_BACKOFF_S)
+        return results
+
+    async def _log_offsets(self, keys: Sequence[Key], timestamp: int) -> dict[Key, int | Failed]:
+        deadline = time.monotonic() + self.timeout_s
+        topics = sorted({topic for topic, _ in keys})
+        results: dict[Key, int | Failed] = {}
+        try:
+            metadata = await self._send(MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False),
+                None, deadline)
+        except errors.KafkaError as error:
+            return dict.fromkeys(keys, Failed.raised(error))
+        leaders: dict[Key, int] = {}
+        for topic in metadata.topics:
+            for partition in topic.partitions:
+                leaders[(topic.name, partition.partition_index)] = partition.leader_id
+        by_leader: dict[int, list[Key]] = defaultdict(list)
+        for key in keys:
+            if key not in leaders:
+                results[key] = Failed("UNKNOWN_TOPIC_OR_PARTITION", f"{key[0]}[{key[1]}] is not in the cluster")
+            elif leaders[key] < 0:
+                results[key] = Failed("LEADER_NOT_AVAILABLE", f"{key[0]}[{key[1]}] has no leader", True)
+            else:
+                by_leader[leaders[key]].append(key)
+        futures = {leader: self._send(_list_offsets_request(group, timestamp), leader, deadline)
+                   for leader, group in by_leader.items()}
+        for leader, future in futures.items():
+            try:
+                response = await future
+            except errors.KafkaError as error:
+                results.update(dict.fromkeys(by_leader[leader], Failed.raised(error)))
+                continue
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    refused = Failed.of(partition.error_code)
+                    results[(topic.name, partition.partition_index)] = (
+                        refused if refused is not None else partition.offset)
+        return results
+
+
+_SHARE_APIS: dict[str, Any] = {"ShareGroupDescribe": ShareGroupDescribeRequest,
+               "DescribeShareGroupOffsets": DescribeShareGroupOffsetsRequest,
+               "AlterShareGroupOffsets": AlterShareGroupOffsetsRequest,
+               "DeleteShareGroupOffsets": DeleteShareGroupOffsetsRequest}
+
+
+# -- requests and their answers ---------------------------------------------------------------------------
+def _describe_request(groups: list[str]) -> ApiMessage:
+    return ShareGroupDescribeRequest(group_ids=groups, include_authorized_operations=False)
+
+
+def _parse_describe(response: Any, _groups: list[str]) -> dict[str, DescribedShareGroup | Failed]:
+    out: dict[str, DescribedShareGroup | Failed] = {}
+    for group in response.groups:
+        error = Failed.of(group.error_code, group.error_message)
+        out[group.group_id] = error if error is not None else DescribedShareGroup(
+            group.group_id, group.group_state, group.group_epoch, group.assignment_epoch,
+            tuple(ShareMember(m.member_id, m.client_id, m.client_host, m.member_epoch, tuple(m.subscribed_topic_names),
+                              tuple(sorted((t.topic_name, p) for t in m.assignment.topic_partitions
+                                           for p in t.partitions)))
+                  for m in group.members))
+    return out
+
+
+def _offsets_request(groups: list[str]) -> ApiMessage:
+    group = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+    return DescribeShareGroupOffsetsRequest(groups=[group(group_id=g, topics=None) for g in groups])
+
+
+def _parse_offsets(response: Any, _groups: list[str]) -> dict[str, dict[Key, StartOffset] | Failed]:
+    out: dict[str, dict[Key, StartOffset] | Failed] = {}
+    for group in response.groups:
+        error = Failed.of(group.error_code, group.error_message)
+        if error is not None:
+            out[group.group_id] = error
+            continue
+        out[group.group_id] = {
+            (topic.topic_name, p.partition_index): StartOffset(
+                p.start_offset if p.start_offset >= 0 else None,
+                getattr(p, "lag", -1) if getattr(p, "lag", -1) >= 0 else None, Failed.of(p.error_code, p.error_message))
+            for topic in group.topics for p in topic.partitions}
+    return out
+
+
+def _delete_groups_request(groups: list[str]) -> ApiMessage:
+    return DeleteGroupsRequest(groups_names=groups)
+
+
+def _parse_delete_groups(response: Any, _groups: list[str]) -> dict[str, Failed | None]:
+    return {r.group_id: Failed.of(r.error_code) for r in response.results}
+
+
+def _alter_request(group_id: str, offsets: Mapping[Key, int]) -> ApiMessage:
+    topic_type = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+    partition_type = topic_type.AlterShareGroupOffsetsRequestPartition
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic[topic].append(partition_type(partition_index=partition, start_offset=offset))
+    return AlterShareGroupOffsetsRequest(group_id=group_id, topics=[
+        topic_type(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def _parse_alter(response: Any) -> Failed | dict[Key, Failed | None]:
+    error = Failed.of(response.error_code, response.error_message)
+    if error is not None:
+        return error
+    return {(t.topic_name, p.partition_index): Failed.of(p.error_code, p.error_message)
+            for t in response.responses for p in t.partitions}
+
+
+def _delete_offsets_request(group_id: str, topics: Sequence[str]) -> ApiMessage:
+    topic_type = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+    return DeleteShareGroupOffsetsRequest(group_id=group_id, topics=[topic_type(topic_name=t) for t in topics])
+
+
+def _parse_delete_offsets(response: Any) -> Failed | dict[str, Failed | None]:
+    error = Failed.of(response.error_code, response.error_message)
+    if error is not None:
+        return error
+    return {t.topic_name: Failed.of(t.error_code, t.error_message) for t in response.responses}
+
+
+def _list_offsets_request(keys: Sequence[Key], timestamp: int) -> ApiMessage:
+    topic_type = ListOffsetsRequest.ListOffsetsTopic
+    partition_type = topic_type.ListOffsetsPartition
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for topic, partition in keys:
+        by_topic[topic].append(partition_type(partition_index=partition, timestamp=timestamp))
+    return ListOffsetsRequest(replica_id=-1, isolation_level=0,
+                              topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()])

@@ -325,7 +325,7 @@ def test_a_deleted_topic_is_the_error_of_its_partitions_only(kafka, tmp_path):
 
 
 def test_an_unreachable_cluster_is_each_groups_error_and_their_state_is_still_described(tmp_path, monkeypatch):
-    monkeypatch.setattr(admin, "KAFKA_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(admin.cluster, "KAFKA_TIMEOUT_S", 1.0)
     for name in ("first", "second"):
         _group_at(tmp_path / name, name, 4, [("orders", 0)])
     first, second = describe_groups([str(tmp_path / "first"), str(tmp_path / "second")],

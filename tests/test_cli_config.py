@@ -162,7 +162,7 @@ def test_describe_takes_its_cluster_and_client_settings_from_the_file(kafka, tmp
 def test_credentials_the_cluster_refuses_fail_the_describe_and_are_not_printed(kafka, tmp_path, capsys, monkeypatch):
     """SASL settings against the test broker's PLAINTEXT listener: the client cannot talk to it, the describe
     fails naming the cluster, and the password is in no output. Without the file the same describe works."""
-    monkeypatch.setattr(admin, "KAFKA_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(admin.cluster, "KAFKA_TIMEOUT_S", 3.0)
     _, location = _topic_with_a_group(kafka, tmp_path)
     servers = ["--bootstrap-servers", kafka.bootstrap_servers]
     assert _cli(capsys, "describe", str(location), *servers)[0] == 0

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kafka.errors as errors
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
@@ -32,6 +34,7 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 import sharegroup_source.admin.messages as messages
 from sharegroup_source.errors import ClusterError, OptionError
+from sharegroup_source.kafka_clients import admin_config
 
 __all__ = ["EARLIEST", "LATEST", "NO_SHARE_GROUP_ADMIN", "Coordinator", "DescribedShareGroup", "Failed",
            "ShareGroupProtocol", "ShareMember", "StartOffset", "kafka_python_config"]
@@ -46,6 +49,8 @@ EARLIEST, LATEST = -2, -1
 #: Errors that mean "ask again shortly": the coordinator moved, is loading, or its node is away.
 _RETRIABLE = (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError, errors.CoordinatorLoadInProgressError)
 _BACKOFF_S = 0.2
+#: How long kafka-python may try to bootstrap before librdkafka is asked whether the cluster is there at all.
+_FIRST_BOOTSTRAP_S = 3.0
 
 
 # kafka-python's way to add messages: classes named as Kafka's definitions, loaded from our package
@@ -176,13 +181,7 @@ class ShareGroupProtocol:
         self._servers = config.get("bootstrap.servers")
         settings = kafka_python_config(config)
         logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its errors come back to us as values
-        try:
-            self._admin = KafkaAdminClient(**settings, request_timeout_ms=int(timeout_s * 1000),
-                                           bootstrap_timeout_ms=int(timeout_s * 1000),
-                                           reconnect_backoff_max_ms=1000)
-        except errors.KafkaError as error:
-            raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within {timeout_s:.0f}s: "
-                               f"{Failed.raised(error)}") from None
+        self._admin = self._bootstrap(settings, config)
         self._manager = self._admin._manager
         self._coordinators: dict[str, int] = {}
         self.requests["ApiVersions+Metadata (bootstrap)"] += 1
@@ -192,6 +191,24 @@ class ShareGroupProtocol:
             raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers} "
                                f"({', '.join(missing)}): share groups need Apache Kafka 4.1 or later with share "
                                "groups enabled")
+
+    def _bootstrap(self, settings: Mapping[str, Any], config: Mapping[str, Any]) -> KafkaAdminClient:
+        """kafka-python's client, bootstrapped. A cluster that librdkafka reaches but kafka-python cannot
+        bootstrap from within a few seconds is one that cannot answer ApiVersions v3+ (every Kafka since
+        2.4 can; librdkafka's embedded broker cannot), so it has no share-group API either: said at once."""
+        first_try_s = min(self.timeout_s, _FIRST_BOOTSTRAP_S)
+        for attempt_s in (first_try_s, self.timeout_s - first_try_s):
+            try:
+                return KafkaAdminClient(**settings, request_timeout_ms=int(self.timeout_s * 1000),
+                                        bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
+            except errors.KafkaError as error:
+                failure = Failed.raised(error)
+            if attempt_s == first_try_s and _answers_metadata(config, first_try_s):
+                raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers}: it answers "
+                                   "Metadata but not ApiVersions v3+, which every Kafka with share groups does "
+                                   "(share groups need Apache Kafka 4.1 or later with share groups enabled)")
+        raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within {self.timeout_s:.0f}s: "
+                           f"{failure}")
 
     def _api_versions(self) -> Mapping[int, Any]:
         return self._manager.broker_version_data.api_versions or {}
@@ -364,6 +381,16 @@ class ShareGroupProtocol:
                     results[(topic.name, partition.partition_index)] = (
                         refused if refused is not None else partition.offset)
         return results
+
+
+def _answers_metadata(config: Mapping[str, Any], timeout_s: float) -> bool:
+    """Whether librdkafka gets the cluster's Metadata within ``timeout_s``."""
+    admin = AdminClient({**admin_config(config), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
 
 
 _SHARE_APIS: dict[str, Any] = {"ShareGroupDescribe": ShareGroupDescribeRequest,

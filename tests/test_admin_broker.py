@@ -110,7 +110,8 @@ def test_every_groups_start_offset_and_lag_agree_with_kafkas_tool(kafka, capsys)
         print(out)
         [holding] = describe_groups(groups=[in_flight], bootstrap_servers=kafka.bootstrap_servers)
         assert holding.state == "Stable" and [m.client_id for m in holding.members] == ["holder"]
-        assert re.search(rf"^{in_flight}\s+{re.escape(holding.members[0].member_id)}\s+holder\s", out, re.MULTILINE), out
+        member = re.escape(holding.members[0].member_id)
+        assert re.search(rf"^{in_flight}\s+{member}\s+holder\s", out, re.MULTILINE), out
         holder.acknowledge(Ack(m.topic(), m.partition(), m.offset()) for m in held)
         holder.commit()
     [left] = describe_groups(groups=[partly], bootstrap_servers=kafka.bootstrap_servers)

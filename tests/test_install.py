@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,11 @@ def test_the_docs_say_how_a_running_session_finds_the_format() -> None:
     assert "### Databricks" in readme and "register(spark)" in readme.split("### Databricks")[1].split("###")[0]
     for text in (notebook, readme):
         assert "pip install sharegroup-source" not in text
+
+
+def test_the_wheel_carries_kafkas_share_group_admin_message_definitions(wheel: Path) -> None:
+    """kafka-python loads them from the installed package: without them no broker group can be described."""
+    with zipfile.ZipFile(wheel) as built:
+        names = {n.rsplit("/", 1)[-1] for n in built.namelist() if n.startswith("sharegroup_source/admin/messages/")}
+    assert {f"{api}{kind}.json" for api in ("ShareGroupDescribe", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
+                                             "DeleteShareGroupOffsets") for kind in ("Request", "Response")} <= names

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 import zipfile
 from collections import Counter
@@ -20,25 +19,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from sharegroup_source import cli
 from sharegroup_source.acks import Ack, AckType
 from sharegroup_source.admin import GroupNotEmptyError, delete_groups, delete_offsets, describe_groups, reset_offsets
 from sharegroup_source.admin.protocol import kafka_python_config
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import OptionError
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from tests.test_admin import _cli
 
 MESSAGES = Path(__file__).parents[1] / "sharegroup_source" / "admin" / "messages"
 KAFKA_JARS = Path(__file__).parents[1] / "jvm" / "target" / "kafka"
-
-
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    earlier = capsys.readouterr()
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    sys.stdout.write(earlier.out)
-    sys.stderr.write(earlier.err)
-    return code, out, err
 
 
 @contextmanager

@@ -21,6 +21,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import kafka.errors as errors
@@ -239,7 +240,12 @@ class ShareGroupProtocol:
         return self._run(self._grouped, group_ids, _describe_request, _parse_describe)
 
     def start_offsets(self, group_ids: Sequence[str]) -> dict[str, dict[Key, StartOffset] | Failed]:
-        return self._run(self._grouped, group_ids, _offsets_request, _parse_offsets)
+        """DescribeShareGroupOffsets, one request per group, all in flight together: Apache Kafka 4.3.1 answers a
+        request naming several groups seconds late (measured 2026-11-27 on one broker, 200 groups: 2.4-7.3 s as
+        one request, 9.3-9.6 s as four of 50, 0.6-1.3 s as 200 of one), so one round trip of single-group
+        requests is the fast way; the wire format allows the batch, and a broker that answers it promptly
+        would make it the better one."""
+        return self._run(partial(self._grouped, group_per_request=True), group_ids, _offsets_request, _parse_offsets)
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, Failed | None]:
         return self._run(self._grouped, group_ids, _delete_groups_request, _parse_delete_groups)
@@ -311,9 +317,11 @@ class ShareGroupProtocol:
         return found
 
     async def _grouped(self, group_ids: Sequence[str], build: Callable[[list[str]], ApiMessage],
-                       parse: Callable[[Any, list[str]], Mapping[str, T]]) -> dict[str, T | Failed]:
-        """One request per coordinator for its groups, all in flight at once; groups whose answer is a
-        retriable error (or whose coordinator did not answer) are asked again until the timeout."""
+                       parse: Callable[[Any, list[str]], Mapping[str, T]], *,
+                       group_per_request: bool = False) -> dict[str, T | Failed]:
+        """One request per coordinator for its groups (``group_per_request``: one per group), all in flight at
+        once; groups whose answer is a retriable error (or whose coordinator did not answer) are asked again
+        until the timeout."""
         deadline = time.monotonic() + self.timeout_s
         pending = list(dict.fromkeys(group_ids))
         results: dict[str, T | Failed] = {}
@@ -332,13 +340,15 @@ class ShareGroupProtocol:
                     settle(group, coordinator)
                 else:
                     by_node[coordinator].append(group)
-            futures = {node: self._send(build(groups), node, deadline) for node, groups in by_node.items()}
-            for node, future in futures.items():
+            batches = [(node, [group]) for node, groups in by_node.items() for group in groups] if group_per_request \
+                else list(by_node.items())
+            futures = [(node, groups, self._send(build(groups), node, deadline)) for node, groups in batches]
+            for node, groups, future in futures:
                 try:
-                    answers: Mapping[str, T | Failed] = parse(await future, by_node[node])
+                    answers: Mapping[str, T | Failed] = parse(await future, groups)
                 except errors.KafkaError as error:
-                    answers = dict.fromkeys(by_node[node], Failed.raised(error))
-                for group in by_node[node]:
+                    answers = dict.fromkeys(groups, Failed.raised(error))
+                for group in groups:
                     settle(group, answers.get(group, Failed("NO_ANSWER", f"coordinator {node} left it out")))
             pending = retry
             if pending:

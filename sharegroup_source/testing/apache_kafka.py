@@ -220,12 +220,13 @@ class KafkaNode:
         (self.directory / "log4j2.properties").write_text(_LOG4J2)
         (self.directory / "tools-log4j2.properties").write_text(_TOOLS_LOG4J2)
 
-    def format(self, cluster_id: str, share_groups: bool) -> None:
-        """Format the node's storage (once, before its first start) with share groups on or off."""
+    def format(self, cluster_id: str, share_groups: bool, extra: Sequence[str] = ()) -> None:
+        """Format the node's storage (once, before its first start) with share groups on or off; ``extra``
+        arguments of the storage tool (``--add-scram ...``)."""
         with self.log_path.open("ab") as log:
             formatted = subprocess.run(
                 self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path),
-                          "--feature", f"share.version={int(share_groups)}"),
+                          "--feature", f"share.version={int(share_groups)}", *extra),
                 stdout=log, stderr=subprocess.STDOUT, timeout=120, check=False)
         if formatted.returncode != 0:
             raise BrokerStartError(f"formatting Kafka's storage failed (exit {formatted.returncode}); "
@@ -312,17 +313,28 @@ class ApacheKafka:
     def start(self) -> ApacheKafka:
         self.directory = Path(tempfile.mkdtemp(prefix="sharegroup-kafka-"))
         node = self._node = KafkaNode(self.directory, 1, heap=self.heap)
-        node.write_config(node.voter, self.settings)
-        node.format(new_cluster_id(), self.share_groups)
+        self.bootstrap_servers = node.address
+        settings, format_args = self._configure(node)
+        node.write_config(node.voter, {**self.settings, **settings})
+        node.format(new_cluster_id(), self.share_groups, format_args)
         node.start()
         atexit.register(self.stop)
-        self.bootstrap_servers = node.address
         try:
-            wait_ready(self.bootstrap_servers, 1, [node], self.startup_timeout_s)
+            wait_ready(self.ready_servers, 1, [node], self.startup_timeout_s)
         except BrokerStartError:
             self.stop()
             raise
         return self
+
+    def _configure(self, node: KafkaNode) -> tuple[Mapping[str, str], Sequence[str]]:
+        """Settings over :data:`TEST_SETTINGS` and the storage tool's extra arguments: none here; a secured
+        broker's listeners, TLS, SASL users and authorizer (:mod:`~sharegroup_source.testing.secured_kafka`)."""
+        return {}, ()
+
+    @property
+    def ready_servers(self) -> str:
+        """Where readiness is checked: the clients' listener, or the internal one of a secured broker."""
+        return self.bootstrap_servers
 
     def run_tool(self, tool: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run one of :data:`KAFKA_TOOLS` against this broker; output is returned, not printed."""

@@ -61,6 +61,15 @@ def kafka_cluster() -> Iterator[KafkaUnderTest]:
         consumer_pool().close()
 
 
+@pytest.fixture(scope="session")
+def secured_kafka():
+    """Apache Kafka with a SASL_SSL listener and ACLs (tests marked ``secured``): users alice and bob."""
+    from sharegroup_source.testing.secured_kafka import SecuredKafka
+
+    with SecuredKafka(users={"alice": "alice-Secret-1", "bob": "bob-Secret-2"}) as secured:
+        yield secured
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed Kafka-facing test says which peer it ran on and where that broker's log is."""

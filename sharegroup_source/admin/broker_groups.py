@@ -1,8 +1,9 @@
 """Share groups whose coordinator is the Kafka broker (``coordinator=broker``), through Kafka's own admin protocol.
 
 Describing N groups costs one ListGroups per broker (only for all groups), one FindCoordinator for
-the groups not listed, one ShareGroupDescribe and one DescribeShareGroupOffsets per coordinator
-and one ListOffsets per partition leader (:mod:`sharegroup_source.admin.protocol`). Never a member.
+the groups not listed, one ShareGroupDescribe per coordinator, DescribeShareGroupOffsets one per
+group but all in flight at once (Kafka 4.3.1 answers a many-group one seconds late), and one
+ListOffsets per partition leader (:mod:`sharegroup_source.admin.protocol`). Never a member.
 Resets and deletes go to the coordinator, which refuses them while the group has members
 (NON_EMPTY_GROUP): its reason is passed on with the members it names.
 """

@@ -8,9 +8,10 @@ DeleteShareGroupOffsets, so those are loaded from ``messages/`` (Kafka's own fil
 
 What the admin needs of a cluster, batched as KIP-699 and KIP-709 want it: one ListGroups per
 broker (each answers for the groups it coordinates, so those need no FindCoordinator), one
-FindCoordinator for every other group, one request per coordinator for each group API, one
-ListOffsets per partition leader. Each group's error is that group's; a retriable one
-(coordinator moving or loading) is retried within the timeout. Every request is counted in
+FindCoordinator for every other group, one request per coordinator for each group API (but
+DescribeShareGroupOffsets: see :meth:`ShareGroupProtocol.start_offsets`), one ListOffsets per
+partition leader; requests to different nodes are in flight together. Each group's error is that
+group's; a retriable one (coordinator moving or loading) is retried within the timeout. Every request is counted in
 :attr:`ShareGroupProtocol.requests`, so a describe's cost can be asserted and benchmarked.
 """
 
@@ -19,14 +20,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 import kafka.errors as errors
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
@@ -35,7 +35,6 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 import sharegroup_source.admin.messages as messages
 from sharegroup_source.errors import ClusterError, OptionError
-from sharegroup_source.kafka_clients import admin_config
 
 __all__ = ["EARLIEST", "LATEST", "NO_SHARE_GROUP_ADMIN", "Coordinator", "DescribedShareGroup", "Failed",
            "ShareGroupProtocol", "ShareMember", "StartOffset", "kafka_python_config"]
@@ -50,8 +49,10 @@ EARLIEST, LATEST = -2, -1
 #: Errors that mean "ask again shortly": the coordinator moved, is loading, or its node is away.
 _RETRIABLE = (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError, errors.CoordinatorLoadInProgressError)
 _BACKOFF_S = 0.2
-#: How long kafka-python may try to bootstrap before librdkafka is asked whether the cluster is there at all.
-_FIRST_BOOTSTRAP_S = 3.0
+#: How long one broker may take to answer a request any broker could answer, before the next is asked.
+_ATTEMPT_S = 4.0
+#: How long one bootstrap attempt may take (a server that accepts connections and never answers: a frozen one).
+_BOOTSTRAP_ATTEMPT_S = 3.0
 
 
 # kafka-python's way to add messages: classes named as Kafka's definitions, loaded from our package
@@ -182,7 +183,7 @@ class ShareGroupProtocol:
         self._servers = config.get("bootstrap.servers")
         settings = kafka_python_config(config)
         logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its errors come back to us as values
-        self._admin = self._bootstrap(settings, config)
+        self._admin = self._bootstrap(settings)
         self._manager = self._admin._manager
         self._coordinators: dict[str, int] = {}
         self.requests["ApiVersions+Metadata (bootstrap)"] += 1
@@ -193,23 +194,28 @@ class ShareGroupProtocol:
                                f"({', '.join(missing)}): share groups need Apache Kafka 4.1 or later with share "
                                "groups enabled")
 
-    def _bootstrap(self, settings: Mapping[str, Any], config: Mapping[str, Any]) -> KafkaAdminClient:
-        """kafka-python's client, bootstrapped. A cluster that librdkafka reaches but kafka-python cannot
-        bootstrap from within a few seconds is one that cannot answer ApiVersions v3+ (every Kafka since
-        2.4 can; librdkafka's embedded broker cannot), so it has no share-group API either: said at once."""
-        first_try_s = min(self.timeout_s, _FIRST_BOOTSTRAP_S)
-        for attempt_s in (first_try_s, self.timeout_s - first_try_s):
-            try:
-                return KafkaAdminClient(**settings, request_timeout_ms=int(self.timeout_s * 1000),
-                                        bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
-            except errors.KafkaError as error:
-                failure = Failed.raised(error)
-            if attempt_s == first_try_s and _answers_metadata(config, first_try_s):
-                raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers}: it answers "
-                                   "Metadata but not ApiVersions v3+, which every Kafka with share groups does "
-                                   "(share groups need Apache Kafka 4.1 or later with share groups enabled)")
-        raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within {self.timeout_s:.0f}s: "
-                           f"{failure}")
+    def _bootstrap(self, settings: Mapping[str, Any]) -> KafkaAdminClient:
+        """kafka-python's client, bootstrapped: attempts of a few seconds each (each picks a bootstrap server
+        at random, so one frozen server costs an attempt, not the call). A server that answers ApiVersions in
+        a form kafka-python cannot decode answers no ApiVersions v3+, which every Kafka since 2.4 does
+        (librdkafka's embedded broker does not): it has no share-group API either, said at once."""
+        deadline = time.monotonic() + self.timeout_s
+        watcher = _UndecodableAnswers()
+        with watcher.watching():
+            while True:
+                attempt_s = max(0.5, min(_BOOTSTRAP_ATTEMPT_S, deadline - time.monotonic()))
+                try:
+                    return KafkaAdminClient(**settings, request_timeout_ms=int(self.timeout_s * 1000),
+                                            bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
+                except errors.KafkaError as error:
+                    failure = Failed.raised(error)
+                if watcher.seen:
+                    raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers}: it does not "
+                                       "answer ApiVersions v3+, which every Kafka with share groups does (share "
+                                       "groups need Apache Kafka 4.1 or later with share groups enabled)")
+                if time.monotonic() >= deadline:
+                    raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within "
+                                       f"{self.timeout_s:.0f}s: {failure}")
 
     def _api_versions(self) -> Mapping[int, Any]:
         return self._manager.broker_version_data.api_versions or {}
@@ -271,20 +277,41 @@ class ShareGroupProtocol:
     def _run(self, coroutine: Callable[..., Awaitable[T]], *args: Any) -> T:
         return self._manager.run(coroutine, *args)
 
-    async def _send(self, request: ApiMessage, node_id: int | None, deadline: float) -> Any:
+    def _send(self, request: ApiMessage, node_id: int) -> Any:
+        """Send now (counted); the answer is awaited with :meth:`_answer`, so requests to many nodes are in
+        flight together and a node that does not answer delays only its own."""
         self.requests[request.name] += 1
+        return self._manager.send(request, node_id=node_id)
+
+    async def _answer(self, future: Any, deadline: float) -> Any:
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        return await self._manager.wait_for(self._manager.send(request, node_id=node_id), remaining_ms)
+        return await self._manager.wait_for(future, remaining_ms)
+
+    async def _ask_any(self, request: ApiMessage, deadline: float) -> Any:
+        """A request any broker answers (FindCoordinator, Metadata): brokers in turn, connected ones first, each
+        given a few seconds, so one frozen broker costs a few seconds, not the call."""
+        connected = set(self._manager._conns)
+        nodes = sorted(self.brokers(), key=lambda node: node not in connected)
+        failure: errors.KafkaError = errors.NodeNotReadyError("no broker known")
+        for node in nodes:
+            attempt_end = min(deadline, time.monotonic() + _ATTEMPT_S)
+            try:
+                return await self._answer(self._send(request, node), attempt_end)
+            except errors.KafkaError as error:
+                failure = error
+            if time.monotonic() >= deadline:
+                break
+        raise failure
 
     async def _list_share_groups(self) -> tuple[list[str], dict[int, Failed]]:
         deadline = time.monotonic() + self.timeout_s
         request = ListGroupsRequest(types_filter=["share"], min_version=5)
-        futures = {node: self._send(request, node, deadline) for node in self.brokers()}
+        futures = {node: self._send(request, node) for node in self.brokers()}
         groups: list[str] = []
         failed: dict[int, Failed] = {}
         for node, future in futures.items():
             try:
-                response = await future
+                response = await self._answer(future, deadline)
             except errors.KafkaError as error:
                 failed[node] = Failed.raised(error)
                 continue
@@ -306,7 +333,7 @@ class ShareGroupProtocol:
             return found
         request = FindCoordinatorRequest(key_type=CoordinatorType.GROUP.value, coordinator_keys=unknown, min_version=4)
         try:
-            response = await self._send(request, None, deadline)
+            response = await self._ask_any(request, deadline)
         except errors.KafkaError as error:
             return {**found, **dict.fromkeys(unknown, Failed.raised(error))}
         for coordinator in response.coordinators:
@@ -342,10 +369,10 @@ class ShareGroupProtocol:
                     by_node[coordinator].append(group)
             batches = [(node, [group]) for node, groups in by_node.items() for group in groups] if group_per_request \
                 else list(by_node.items())
-            futures = [(node, groups, self._send(build(groups), node, deadline)) for node, groups in batches]
+            futures = [(node, groups, self._send(build(groups), node)) for node, groups in batches]
             for node, groups, future in futures:
                 try:
-                    answers: Mapping[str, T | Failed] = parse(await future, groups)
+                    answers: Mapping[str, T | Failed] = parse(await self._answer(future, deadline), groups)
                 except errors.KafkaError as error:
                     answers = dict.fromkeys(groups, Failed.raised(error))
                 for group in groups:
@@ -360,9 +387,9 @@ class ShareGroupProtocol:
         topics = sorted({topic for topic, _ in keys})
         results: dict[Key, int | Failed] = {}
         try:
-            metadata = await self._send(MetadataRequest(
+            metadata = await self._ask_any(MetadataRequest(
                 topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False),
-                None, deadline)
+                deadline)
         except errors.KafkaError as error:
             return dict.fromkeys(keys, Failed.raised(error))
         leaders: dict[Key, int] = {}
@@ -377,11 +404,11 @@ class ShareGroupProtocol:
                 results[key] = Failed("LEADER_NOT_AVAILABLE", f"{key[0]}[{key[1]}] has no leader", True)
             else:
                 by_leader[leaders[key]].append(key)
-        futures = {leader: self._send(_list_offsets_request(group, timestamp), leader, deadline)
+        futures = {leader: self._send(_list_offsets_request(group, timestamp), leader)
                    for leader, group in by_leader.items()}
         for leader, future in futures.items():
             try:
-                response = await future
+                response = await self._answer(future, deadline)
             except errors.KafkaError as error:
                 results.update(dict.fromkeys(by_leader[leader], Failed.raised(error)))
                 continue
@@ -393,14 +420,31 @@ class ShareGroupProtocol:
         return results
 
 
-def _answers_metadata(config: Mapping[str, Any], timeout_s: float) -> bool:
-    """Whether librdkafka gets the cluster's Metadata within ``timeout_s``."""
-    admin = AdminClient({**admin_config(config), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException:
-        return False
-    return True
+class _UndecodableAnswers(logging.Handler):
+    """Whether kafka-python logged a bootstrap connection that failed on an answer it could not decode (its
+    only report of it: the bootstrap itself just times out)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.seen = self.seen or any(isinstance(arg, errors.KafkaProtocolError) for arg in args)
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        logger = logging.getLogger("kafka.net.manager")
+        level, propagate = logger.level, logger.propagate
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False  # seen here only, never printed
+        logger.addHandler(self)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 _SHARE_APIS: dict[str, Any] = {"ShareGroupDescribe": ShareGroupDescribeRequest,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +49,8 @@ EARLIEST, LATEST = -2, -1
 #: Errors that mean "ask again shortly": the coordinator moved, is loading, or its node is away.
 _RETRIABLE = (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError, errors.CoordinatorLoadInProgressError)
 _BACKOFF_S = 0.2
+#: Requests one connection keeps unanswered: kafka-python's max_in_flight_requests_per_connection (5).
+_IN_FLIGHT = 5
 #: How long one broker may take to answer a request any broker could answer, before the next is asked.
 _ATTEMPT_S = 4.0
 #: How long one bootstrap attempt may take (a server that accepts connections and never answers: a frozen one).
@@ -287,6 +289,29 @@ class ShareGroupProtocol:
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
         return await self._manager.wait_for(future, remaining_ms)
 
+    async def _windowed(self, node: int, requests: Sequence[tuple[list[str], ApiMessage]], deadline: float
+                        ) -> list[tuple[list[str], Any]]:
+        """Each request's answer (or KafkaError) from ``node``, with at most :data:`_IN_FLIGHT` unanswered at a
+        time: kafka-python refuses more on one connection, and the broker answers a connection's requests one
+        after another anyway."""
+        answered: list[tuple[list[str], Any]] = []
+        waiting: deque[tuple[list[str], Any]] = deque()
+
+        async def oldest() -> None:
+            groups, future = waiting.popleft()
+            try:
+                answered.append((groups, await self._answer(future, deadline)))
+            except errors.KafkaError as error:
+                answered.append((groups, error))
+
+        for groups, request in requests:
+            if len(waiting) >= _IN_FLIGHT:
+                await oldest()
+            waiting.append((groups, self._send(request, node)))
+        while waiting:
+            await oldest()
+        return answered
+
     async def _ask_any(self, request: ApiMessage, deadline: float) -> Any:
         """A request any broker answers (FindCoordinator, Metadata): brokers in turn, connected ones first, each
         given a few seconds, so one frozen broker costs a few seconds, not the call."""
@@ -367,16 +392,17 @@ class ShareGroupProtocol:
                     settle(group, coordinator)
                 else:
                     by_node[coordinator].append(group)
-            batches = [(node, [group]) for node, groups in by_node.items() for group in groups] if group_per_request \
-                else list(by_node.items())
-            futures = [(node, groups, self._send(build(groups), node)) for node, groups in batches]
-            for node, groups, future in futures:
-                try:
-                    answers: Mapping[str, T | Failed] = parse(await self._answer(future, deadline), groups)
-                except errors.KafkaError as error:
-                    answers = dict.fromkeys(groups, Failed.raised(error))
-                for group in groups:
-                    settle(group, answers.get(group, Failed("NO_ANSWER", f"coordinator {node} left it out")))
+            batches = {node: [[group] for group in groups] if group_per_request else [groups]
+                       for node, groups in by_node.items()}
+            workers = {node: self._manager.call_soon(self._windowed, node, [(gs, build(gs)) for gs in batch], deadline)
+                       for node, batch in batches.items()}  # every node's requests on their way at once
+            for node, worker in workers.items():
+                for groups, answer in await worker:
+                    answers: Mapping[str, T | Failed] = (dict.fromkeys(groups, Failed.raised(answer))
+                                                          if isinstance(answer, errors.KafkaError)
+                                                          else parse(answer, groups))
+                    for group in groups:
+                        settle(group, answers.get(group, Failed("NO_ANSWER", f"coordinator {node} left it out")))
             pending = retry
             if pending:
                 await self._manager._net.sleep(_BACKOFF_S)

@@ -26,14 +26,8 @@ from sharegroup_source.admin.model import (
     PartitionReset,
     ResetPlan,
 )
-from sharegroup_source.admin.protocol import (
-    LATEST,
-    Coordinator,
-    DescribedShareGroup,
-    Failed,
-    ShareGroupProtocol,
-    StartOffset,
-)
+from sharegroup_source.admin.protocol import ShareGroupProtocol
+from sharegroup_source.admin.share_requests import LATEST, Coordinator, DescribedShareGroup, Failed, StartOffset
 from sharegroup_source.errors import ClusterError
 
 __all__ = ["delete_broker_groups", "delete_broker_offsets", "describe_broker_groups", "reset_broker_offsets"]

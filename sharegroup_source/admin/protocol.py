@@ -22,32 +22,42 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 import kafka.errors as errors
 from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-import sharegroup_source.admin.messages as messages
+from sharegroup_source.admin.model import Key
+from sharegroup_source.admin.share_requests import (
+    SHARE_APIS,
+    Coordinator,
+    DescribedShareGroup,
+    Failed,
+    StartOffset,
+    alter_request,
+    delete_groups_request,
+    delete_offsets_request,
+    describe_request,
+    list_offsets_request,
+    offsets_request,
+    parse_alter,
+    parse_delete_groups,
+    parse_delete_offsets,
+    parse_describe,
+    parse_offsets,
+)
 from sharegroup_source.errors import ClusterError, OptionError
 
-__all__ = ["EARLIEST", "LATEST", "NO_SHARE_GROUP_ADMIN", "Coordinator", "DescribedShareGroup", "Failed",
-           "ShareGroupProtocol", "ShareMember", "StartOffset", "kafka_python_config"]
+__all__ = ["NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
 
-Key = tuple[str, int]
 T = TypeVar("T")
 
 #: How a cluster without share-group admin APIs is named (librdkafka's embedded broker, Kafka before 4.1).
 NO_SHARE_GROUP_ADMIN = "the Kafka cluster has no share-group admin API"
-#: ListOffsets timestamps: the log start and the log end.
-EARLIEST, LATEST = -2, -1
-#: Errors that mean "ask again shortly": the coordinator moved, is loading, or its node is away.
-_RETRIABLE = (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError, errors.CoordinatorLoadInProgressError)
 _BACKOFF_S = 0.2
 #: Requests one connection keeps unanswered: kafka-python's max_in_flight_requests_per_connection (5).
 _IN_FLIGHT = 5
@@ -55,85 +65,6 @@ _IN_FLIGHT = 5
 _ATTEMPT_S = 4.0
 #: How long one bootstrap attempt may take (a server that accepts connections and never answers: a frozen one).
 _BOOTSTRAP_ATTEMPT_S = 3.0
-
-
-# kafka-python's way to add messages: classes named as Kafka's definitions, loaded from our package
-class ShareGroupDescribeRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class ShareGroupDescribeResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class DescribeShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class DescribeShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class AlterShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class AlterShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-class DeleteShareGroupOffsetsResponse(ApiMessage, load_json=messages): pass  # type: ignore[call-arg]  # noqa: E701
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A group's, partition's or topic's error as the broker (or the connection) gave it."""
-
-    code: str  # Kafka's name of the error, e.g. GROUP_ID_NOT_FOUND
-    message: str | None = None
-    retriable: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}" if self.message else self.code
-
-    @classmethod
-    def of(cls, code: int, message: str | None = None) -> Failed | None:
-        """None for no error (code 0)."""
-        if code == 0:
-            return None
-        error = errors.for_code(code)
-        return cls(getattr(error, "message", f"ERROR_{code}"), message or None, issubclass(error, _RETRIABLE))
-
-    @classmethod
-    def raised(cls, error: Exception) -> Failed:
-        name = getattr(error, "message", None) or type(error).__name__
-        text = str(error.args[0]) if error.args else None
-        return cls(name, text, isinstance(error, (*_RETRIABLE, errors.KafkaConnectionError,
-                                                  errors.NodeNotReadyError, errors.RequestTimedOutError)))
-
-
-@dataclass(frozen=True)
-class Coordinator:
-    node_id: int
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port} ({self.node_id})"
-
-
-@dataclass(frozen=True)
-class ShareMember:
-    member_id: str
-    client_id: str
-    host: str
-    member_epoch: int
-    subscribed: tuple[str, ...]
-    assignment: tuple[Key, ...]
-
-
-@dataclass(frozen=True)
-class DescribedShareGroup:
-    """ShareGroupDescribe's answer for one group (Kafka's states: Empty, Stable, Dead)."""
-
-    group_id: str
-    state: str
-    group_epoch: int
-    assignment_epoch: int
-    members: tuple[ShareMember, ...]
-
-
-@dataclass(frozen=True)
-class StartOffset:
-    """DescribeShareGroupOffsets' answer for one share-partition: the SPSO (None: not initialized) and,
-    from version 1 (KIP-1226), the lag (None: the broker does not say)."""
-
-    start_offset: int | None
-    lag: int | None
-    error: Failed | None = None
 
 
 def kafka_python_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,7 +120,7 @@ class ShareGroupProtocol:
         self._manager = self._admin._manager
         self._coordinators: dict[str, int] = {}
         self.requests["ApiVersions+Metadata (bootstrap)"] += 1
-        missing = [name for name, request in _SHARE_APIS.items() if request.API_KEY not in self._api_versions()]
+        missing = [name for name, request in SHARE_APIS.items() if request.API_KEY not in self._api_versions()]
         if missing:
             self.close()
             raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers} "
@@ -245,7 +176,7 @@ class ShareGroupProtocol:
         return self._run(self._list_share_groups)
 
     def describe(self, group_ids: Sequence[str]) -> dict[str, DescribedShareGroup | Failed]:
-        return self._run(self._grouped, group_ids, _describe_request, _parse_describe)
+        return self._run(self._grouped, group_ids, describe_request, parse_describe)
 
     def start_offsets(self, group_ids: Sequence[str]) -> dict[str, dict[Key, StartOffset] | Failed]:
         """DescribeShareGroupOffsets, one request per group, all in flight together: Apache Kafka 4.3.1 answers a
@@ -253,21 +184,21 @@ class ShareGroupProtocol:
         one request, 9.3-9.6 s as four of 50, 0.6-1.3 s as 200 of one), so one round trip of single-group
         requests is the fast way; the wire format allows the batch, and a broker that answers it promptly
         would make it the better one."""
-        return self._run(partial(self._grouped, group_per_request=True), group_ids, _offsets_request, _parse_offsets)
+        return self._run(partial(self._grouped, group_per_request=True), group_ids, offsets_request, parse_offsets)
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, Failed | None]:
-        return self._run(self._grouped, group_ids, _delete_groups_request, _parse_delete_groups)
+        return self._run(self._grouped, group_ids, delete_groups_request, parse_delete_groups)
 
     def alter_start_offsets(self, group_id: str, offsets: Mapping[Key, int]) -> Failed | dict[Key, Failed | None]:
         """AlterShareGroupOffsets: the group's error, or each partition's outcome."""
-        result = self._run(self._grouped, [group_id], lambda _: _alter_request(group_id, offsets),
-                           lambda response, _: {group_id: _parse_alter(response)})
+        result = self._run(self._grouped, [group_id], lambda _: alter_request(group_id, offsets),
+                           lambda response, _: {group_id: parse_alter(response)})
         return result[group_id]
 
     def delete_start_offsets(self, group_id: str, topics: Sequence[str]) -> Failed | dict[str, Failed | None]:
         """DeleteShareGroupOffsets: the group's error, or each topic's outcome."""
-        result = self._run(self._grouped, [group_id], lambda _: _delete_offsets_request(group_id, topics),
-                           lambda response, _: {group_id: _parse_delete_offsets(response)})
+        result = self._run(self._grouped, [group_id], lambda _: delete_offsets_request(group_id, topics),
+                           lambda response, _: {group_id: parse_delete_offsets(response)})
         return result[group_id]
 
     def log_offsets(self, keys: Iterable[Key], timestamp: int) -> dict[Key, int | Failed]:
@@ -430,7 +361,7 @@ class ShareGroupProtocol:
                 results[key] = Failed("LEADER_NOT_AVAILABLE", f"{key[0]}[{key[1]}] has no leader", True)
             else:
                 by_leader[leaders[key]].append(key)
-        futures = {leader: self._send(_list_offsets_request(group, timestamp), leader)
+        futures = {leader: self._send(list_offsets_request(group, timestamp), leader)
                    for leader, group in by_leader.items()}
         for leader, future in futures.items():
             try:
@@ -473,93 +404,3 @@ class _UndecodableAnswers(logging.Handler):
             logger.propagate = propagate
 
 
-_SHARE_APIS: dict[str, Any] = {"ShareGroupDescribe": ShareGroupDescribeRequest,
-               "DescribeShareGroupOffsets": DescribeShareGroupOffsetsRequest,
-               "AlterShareGroupOffsets": AlterShareGroupOffsetsRequest,
-               "DeleteShareGroupOffsets": DeleteShareGroupOffsetsRequest}
-
-
-# -- requests and their answers ---------------------------------------------------------------------------
-def _describe_request(groups: list[str]) -> ApiMessage:
-    return ShareGroupDescribeRequest(group_ids=groups, include_authorized_operations=False)
-
-
-def _parse_describe(response: Any, _groups: list[str]) -> dict[str, DescribedShareGroup | Failed]:
-    out: dict[str, DescribedShareGroup | Failed] = {}
-    for group in response.groups:
-        error = Failed.of(group.error_code, group.error_message)
-        out[group.group_id] = error if error is not None else DescribedShareGroup(
-            group.group_id, group.group_state, group.group_epoch, group.assignment_epoch,
-            tuple(ShareMember(m.member_id, m.client_id, m.client_host, m.member_epoch, tuple(m.subscribed_topic_names),
-                              tuple(sorted((t.topic_name, p) for t in m.assignment.topic_partitions
-                                           for p in t.partitions)))
-                  for m in group.members))
-    return out
-
-
-def _offsets_request(groups: list[str]) -> ApiMessage:
-    group = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
-    return DescribeShareGroupOffsetsRequest(groups=[group(group_id=g, topics=None) for g in groups])
-
-
-def _parse_offsets(response: Any, _groups: list[str]) -> dict[str, dict[Key, StartOffset] | Failed]:
-    out: dict[str, dict[Key, StartOffset] | Failed] = {}
-    for group in response.groups:
-        error = Failed.of(group.error_code, group.error_message)
-        if error is not None:
-            out[group.group_id] = error
-            continue
-        out[group.group_id] = {
-            (topic.topic_name, p.partition_index): StartOffset(
-                p.start_offset if p.start_offset >= 0 else None,
-                getattr(p, "lag", -1) if getattr(p, "lag", -1) >= 0 else None, Failed.of(p.error_code, p.error_message))
-            for topic in group.topics for p in topic.partitions}
-    return out
-
-
-def _delete_groups_request(groups: list[str]) -> ApiMessage:
-    return DeleteGroupsRequest(groups_names=groups)
-
-
-def _parse_delete_groups(response: Any, _groups: list[str]) -> dict[str, Failed | None]:
-    return {r.group_id: Failed.of(r.error_code) for r in response.results}
-
-
-def _alter_request(group_id: str, offsets: Mapping[Key, int]) -> ApiMessage:
-    topic_type = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
-    partition_type = topic_type.AlterShareGroupOffsetsRequestPartition
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), offset in sorted(offsets.items()):
-        by_topic[topic].append(partition_type(partition_index=partition, start_offset=offset))
-    return AlterShareGroupOffsetsRequest(group_id=group_id, topics=[
-        topic_type(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
-
-
-def _parse_alter(response: Any) -> Failed | dict[Key, Failed | None]:
-    error = Failed.of(response.error_code, response.error_message)
-    if error is not None:
-        return error
-    return {(t.topic_name, p.partition_index): Failed.of(p.error_code, p.error_message)
-            for t in response.responses for p in t.partitions}
-
-
-def _delete_offsets_request(group_id: str, topics: Sequence[str]) -> ApiMessage:
-    topic_type = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
-    return DeleteShareGroupOffsetsRequest(group_id=group_id, topics=[topic_type(topic_name=t) for t in topics])
-
-
-def _parse_delete_offsets(response: Any) -> Failed | dict[str, Failed | None]:
-    error = Failed.of(response.error_code, response.error_message)
-    if error is not None:
-        return error
-    return {t.topic_name: Failed.of(t.error_code, t.error_message) for t in response.responses}
-
-
-def _list_offsets_request(keys: Sequence[Key], timestamp: int) -> ApiMessage:
-    topic_type = ListOffsetsRequest.ListOffsetsTopic
-    partition_type = topic_type.ListOffsetsPartition
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for topic, partition in keys:
-        by_topic[topic].append(partition_type(partition_index=partition, timestamp=timestamp))
-    return ListOffsetsRequest(replica_id=-1, isolation_level=0,
-                              topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()])

@@ -1,6 +1,7 @@
 """``make bench``: every figure of the source in one run, the throughput story first.
 
-    python -m bench [--quick] [--only state|delta|admin] [--peers apache,embedded] [--out-dir bench/results]
+    python -m bench [--quick] [--only state|delta|admin|admin-broker] [--peers apache,embedded]
+                    [--out-dir bench/results]
 
 The throughput story, on Apache Kafka (the broker the bench starts from the jars, or the cluster of
 SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records/s of 64 B records over
@@ -28,7 +29,10 @@ the broker coordinator with the same batch options and, on Apache Kafka, format(
 story's 4-partition topic, whose delta and format("kafka") runs it reuses). On the first peer: (c) the
 driver methods' cost per micro-batch and where it goes; (d) the default-batch query over
 maxRecordsPerPartition (the story's default and tuned runs and one more value); (e) the state store's
-cost per epoch; (f) driver memory per 10,000 records in flight; (i) describing 100 Delta groups. On the
+cost per epoch; (f) driver memory per 10,000 records in flight; (i) describing 100 Delta groups. With Apache
+Kafka among the peers, on a broker of its own: (j) ``sharegroup describe --all-groups`` against Kafka's own
+``kafka-share-groups --describe --all-groups --offsets`` over 1, 100 and 1,000 share groups
+(``bench.admin_broker_bench``, into ``"admin": {"broker_groups": {N: ...}}``). On the
 embedded broker (no format("kafka"): Java clients cannot talk to it; 5 MiB per partition) there is no
 story: the plain loop and the default sharegroup query run once on a 50,000-record topic for the
 figures above. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against 10, and one
@@ -40,10 +44,11 @@ The story replaces what it supersedes: the headline (four consumers at 4 partiti
 ShareConsumerPerformance tool, now not run), (a) and (b) over 1..16 partitions, and the limit and
 (d) on the one-poll batch of 10,000 records. (d) shrank to one extra run.
 
-A full run takes about 20 minutes on two cores, most of it the story (60 consumer runs and 24 of
-Spark's own batch); ``--quick`` about 5 minutes (one round, smaller topics and batches). ``--only
+A full run takes about 25 minutes on two cores, most of it the story (60 consumer runs and 24 of
+Spark's own batch), about 5 of it (j); ``--quick`` about 5 minutes (one round, smaller topics and batches). ``--only
 state`` measures (g) alone, in about two minutes, into ``<date>-state.*``; ``--only delta`` (h)
-alone into ``<date>-delta.*``; ``--only admin`` (i) alone. Writes ``<out-dir>/<date>.json`` and
+alone into ``<date>-delta.*``; ``--only admin`` (i) alone; ``--only admin-broker`` (j) alone, in about
+five minutes, into ``<date>-admin-broker.*``. Writes ``<out-dir>/<date>.json`` and
 ``<date>.png`` (``<date>-quick.*`` with --quick) and prints the table. The JSON carries
 ``"scaling": {peer: {consumer: {partitions: records/s}}}`` and ``"limit_per_partition": {peer:
 {partitions: records/s}}``, with the runs, options, batch sizes, the limit's terms and the checks
@@ -72,7 +77,7 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import SparkSession
 
-from bench import admin_bench
+from bench import admin_bench, admin_broker_bench
 from bench.baseline import plain_share_consumer
 from bench.bounded_state import bounded_state
 from bench.cluster import BOOTSTRAP_ENV, PEERS, bench_kafka, produce_dataset
@@ -80,9 +85,10 @@ from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
 from bench.latency import measure_latency
 from bench.lock_limit import DEFAULT_RECORD_LOCK_LIMIT, measure_lock_limits
-from bench.plot import plot, plot_bounded_state, plot_delta
+from bench.plot import plot, plot_admin_broker, plot_bounded_state, plot_delta
 from bench.report import (
     TARGET_RATIO,
+    admin_broker_table,
     admin_table,
     delta_only_table,
     state_only_table,
@@ -207,10 +213,34 @@ def run_admin_only(peers: list[str]) -> dict[str, Any]:
             "elapsed_s": round(time.monotonic() - started), "admin": admin}
 
 
+#: (j): interleaved rounds of describing every broker group both ways (--quick: one).
+ADMIN_BROKER_ROUNDS = 3
+
+
+def _admin_broker(quick: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """(j) on a fresh broker of its own: ``--all-groups`` must list the bench's N groups only, and the story's
+    broker holds dozens of its own. A cluster of SHAREGROUP_TEST_BOOTSTRAP is skipped: other groups, and no
+    Kafka tool of ours to run at it."""
+    if os.environ.get(BOOTSTRAP_ENV):
+        return {"broker_groups_run": {"skipped": f"{BOOTSTRAP_ENV} is set: (j) needs a broker of its own"}}
+    with bench_kafka("apache") as kafka:
+        figures = admin_broker_bench.run(kafka, rounds=1 if quick else ADMIN_BROKER_ROUNDS, say=say)
+    return {"broker_groups": figures["groups"], "broker_groups_run": figures["run"]}
+
+
+def run_admin_broker_only(quick: bool) -> dict[str, Any]:
+    """``--only admin-broker``: (j) alone, on Apache Kafka whatever --peers says."""
+    started = time.monotonic()
+    admin = _admin_broker(quick, lambda message: _say(message, started))
+    return {"date": str(date.today()), "only": "admin-broker", "quick": quick, "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "admin": admin}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     """(g), then on every peer the throughput story (Apache Kafka) or the main topic's two runs (the embedded
-    broker), latency, the lock limits and (h); (c) to (f) and (i) on the first peer; then what the checkpoint
-    setting saves of Spark's own batch cost. One Spark session."""
+    broker), latency, the lock limits and (h); (c) to (f) and (i) on the first peer; (j) on a broker of its own
+    with Apache Kafka among the peers; then what the checkpoint setting saves of Spark's own batch cost. One Spark
+    session."""
     started = time.monotonic()
     by_peer: dict[str, Any] = {}
     stories: dict[str, Any] = {}
@@ -234,6 +264,8 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                     admin = _admin(kafka, scratch, say)
                 by_peer[peer] = _latency_and_locks(kafka, spark, sizes, scratch, say, main.known)
                 _delta(kafka, spark, sizes, scratch, say, delta, main.delta)
+        if "apache" in peers:
+            admin.update(_admin_broker(quick, lambda message: _say(f"apache: {message}", started)))
         # last: a query's first batches in a fresh JVM are slower, which would count against whichever setting
         # ran first; by now every setting meets the same warm JVM
         with tempfile.TemporaryDirectory(prefix="sharegroup-bench-spark-") as scratch_dir:
@@ -370,21 +402,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: "
                              f"{','.join(DEFAULT_PEERS)}); the throughput story runs on Apache Kafka, figures "
                              "(c) to (f) and (i) on the first peer")
-    parser.add_argument("--only", choices=["state", "delta", "admin"],
+    parser.add_argument("--only", choices=["state", "delta", "admin", "admin-broker"],
                         help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
                              "delta: only (h) coordinator=delta, on every peer of --peers; "
-                             "admin: only (i) describing 100 groups, on the first peer")
+                             "admin: only (i) describing 100 groups, on the first peer; "
+                             "admin-broker: only (j) sharegroup describe --all-groups against Kafka's "
+                             "kafka-share-groups over 1, 100 and 1,000 groups, on Apache Kafka (--quick: 1 round)")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
     runs = {"state": lambda: run_state_only(sizes, args.quick),
             "delta": lambda: run_delta_only(sizes, args.quick, args.peers),
-            "admin": lambda: run_admin_only(args.peers)}
+            "admin": lambda: run_admin_only(args.peers),
+            "admin-broker": lambda: run_admin_broker_only(args.quick)}
     figures = runs[args.only]() if args.only else run(sizes, args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
     outputs = {None: (plot, table), "state": (plot_bounded_state, state_only_table),
-               "delta": (plot_delta, delta_only_table), "admin": (None, admin_table)}
+               "delta": (plot_delta, delta_only_table), "admin": (None, admin_table),
+               "admin-broker": (plot_admin_broker, admin_broker_table)}
     draw, text = outputs[args.only]
     if draw is not None:
         draw(figures, args.out_dir / f"{stem}.png")

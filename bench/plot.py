@@ -4,7 +4,8 @@ The throughput story (records/s over partitions, one line per consumer and the p
 limit, the done-when checks in its title), the limit's two terms against a default sharegroup
 batch, latency, (d) over maxRecordsPerPartition, (c) where one micro-batch's time goes, (g)
 bounded state (a driver's restart on a long-lived state against a short-lived one, and one
-compacted-topic epoch's ledger row) and (h) coordinator=delta. Drawn on an Agg canvas without
+compacted-topic epoch's ledger row), (h) coordinator=delta and (j) ``sharegroup describe --all-groups`` against
+Kafka's own tool over the number of groups. Drawn on an Agg canvas without
 pyplot, so no display and no global backend state are involved.
 """
 
@@ -21,7 +22,7 @@ from bench.delta_coordinator import DELTA_CONSUMERS
 from bench.report import TARGET_RATIO
 from bench.story import STORY_CONSUMERS
 
-__all__ = ["plot", "plot_bounded_state", "plot_delta"]
+__all__ = ["plot", "plot_admin_broker", "plot_bounded_state", "plot_delta"]
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -31,16 +32,18 @@ def _rate(run: dict[str, Any]) -> float:
 def plot(figures: dict[str, Any], path: Path) -> None:
     state = figures.get("bounded_state")
     delta = figures.get("delta")
+    broker = figures.get("admin", {}).get("broker_groups")
     stories = list(figures.get("story", {}))
     rows = [[f"story_{peer}", f"story_{peer}"] for peer in stories] + [
         ["limit_left", "limit_right"], ["bottom_left", "bottom_right"]]
-    height = 10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0)
+    height = 10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0) + (4 if broker else 0)
     fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
-                              + ([["delta_left", "delta_right"]] if delta else []),
+                              + ([["delta_left", "delta_right"]] if delta else [])
+                              + ([["broker_left", "broker_right"]] if broker else []),
                               height_ratios=[1.4] * len(stories) + [1, 1] + ([0.8] if state else [])
-                              + ([1] if delta else []))
+                              + ([1] if delta else []) + ([0.8] if broker else []))
     fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: records of {figures['dataset']['value_bytes']} B, "
                  f"{figures['machine']['cpus']} cores; (c) and (d) on the {figures['kafka']['detail_peer']} peer")
     for peer in stories:
@@ -54,6 +57,8 @@ def plot(figures: dict[str, Any], path: Path) -> None:
         _bounded_state(axes["state_left"], axes["state_right"], state)
     if delta:
         _delta(axes["delta_left"], axes["delta_right"], delta)
+    if broker:
+        _admin_broker(axes["broker_left"], axes["broker_right"], figures["admin"])
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
 
     per_limit = figures["max_records_per_partition"]
@@ -165,6 +170,60 @@ def plot_delta(figures: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def plot_admin_broker(figures: dict[str, Any], path: Path) -> None:
+    """``--only admin-broker``: the two (j) panels alone."""
+    fig = Figure(figsize=(13, 4.5))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    fig.suptitle(f"sharegroup admin bench, {figures['date']}: describe --all-groups on one Apache Kafka broker, "
+                 f"{figures['machine']['cpus']} cores")
+    if "broker_groups" in figures["admin"]:
+        _admin_broker(left, right, figures["admin"])
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def _admin_broker(left: Any, right: Any, admin: dict[str, Any]) -> None:
+    """Wall seconds over the number of groups, our CLI against Kafka's tool (each with its start-up) and our API
+    in-process; the Kafka requests each sent, on a log scale: ours one per API per coordinator but
+    DescribeShareGroupOffsets, one per group."""
+    by_count = admin["broker_groups"]
+    counts = [int(n) for n in by_count]
+    ways = {"sharegroup": ("sharegroup describe (Python start included)", "#3182bd", "o-"),
+            "kafka_tool": ("kafka-share-groups --offsets (JVM start included)", "#e6550d", "D-"),
+            "python_api": ("describe_groups(), in-process", "#9ecae1", "s--"),
+            "offsets_one_request": ("DescribeShareGroupOffsets: 1 request of N groups", "#555555", "x:"),
+            "offsets_one_per_group": ("DescribeShareGroupOffsets: N requests of 1 group", "#aaaaaa", "+:")}
+    for way, (label, color, style) in ways.items():
+        walls = [by_count[str(n)][way]["wall_s"] for n in counts]
+        left.plot(counts, walls, style, color=color, label=label)
+        if way in ("sharegroup", "kafka_tool"):
+            for n, wall in zip(counts, walls, strict=True):
+                left.annotate(f"{wall:.2f} s", (n, wall), textcoords="offset points", ha="center", fontsize=7.5,
+                              xytext=(0, 6 if way == "kafka_tool" else -14), color=color)
+    left.set_xscale("log")
+    left.set_xticks(counts, [f"{n:,}" for n in counts])
+    left.set_xlabel("share groups")
+    left.set_ylim(bottom=0)
+    left.set_ylabel("wall s, median")
+    agreed = all(f["agreement"]["agreed"] for f in by_count.values())
+    left.set_title(f"(j) describe every group, {admin['broker_groups_run']['partitions']} partitions each; SPSO and "
+                   f"lag {'agree' if agreed else 'DISAGREE'}", fontsize=10)
+    left.legend(fontsize=7.5, loc="upper left")
+    x = range(len(counts))
+    for offset, way in ((-0.2, "sharegroup"), (0.2, "kafka_tool")):
+        sent = [by_count[str(n)][way].get("requests_total") or 0 for n in counts]
+        right.bar([i + offset for i in x], sent, 0.4, color=ways[way][1], label=ways[way][0].split(" (")[0])
+        for i, n in enumerate(sent):
+            right.text(i + offset, n, f"{n:,}", ha="center", va="bottom", fontsize=7.5)
+    right.set_xticks(list(x), [f"{n:,} group{'s' if n != 1 else ''}" for n in counts])
+    right.set_yscale("log")
+    right.set_ylabel("Kafka requests sent (broker's count)")
+    right.set_title("(j) requests per describe (the broker's count)", fontsize=10)
+    right.legend(fontsize=7.5, loc="upper left")
 
 
 def _delta(left: Any, right: Any, delta: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from bench.delta_coordinator import DELTA_CONSUMERS
 from bench.story import STORY_CONSUMERS
 
-__all__ = ["TARGET_RATIO", "bounded_state_table", "delta_only_table", "delta_table", "peers_table",
+__all__ = ["TARGET_RATIO", "admin_broker_lines", "admin_broker_table", "admin_lines", "admin_table",
+           "bounded_state_table", "delta_only_table", "delta_table", "peers_table",
            "settings_table", "state_only_table", "story_table", "table", "write_json"]
 
 #: coordinator=delta -> noop must reach this share of the plain reader's records/s, and of format("kafka")'s ((h)).
@@ -335,6 +336,8 @@ def table(figures: dict[str, Any]) -> str:
         lines += ["", *delta_table(figures["delta"])]
     if "admin" in figures:
         lines += ["", *admin_lines(figures["admin"])]
+        if "broker_groups_run" in figures["admin"]:
+            lines += ["", *admin_broker_lines(figures["admin"])]
     return "\n".join(lines)
 
 
@@ -354,3 +357,34 @@ def admin_lines(admin: dict[str, Any]) -> list[str]:
 def admin_table(figures: dict[str, Any]) -> str:
     return "\n".join([f"sharegroup bench {figures['date']} --only admin, {figures['elapsed_s']} s", "",
                       *admin_lines(figures["admin"])])
+
+
+def admin_broker_lines(admin: dict[str, Any]) -> list[str]:
+    """(j): our CLI against Kafka's tool, describing every share group of one broker, start-up included; the
+    requests as the broker counted them, and our API's own count (one per API per coordinator, whatever N)."""
+    run = admin["broker_groups_run"]
+    if "skipped" in run:
+        return [f"(j) broker groups: skipped, {run['skipped']}"]
+    lines = [f"(j) describe --all-groups, N share groups x {run['partitions']} partitions on {run['brokers']} Apache "
+             f"Kafka broker(s), wall s with Python / JVM start (median of interleaved rounds), Kafka requests sent",
+             f"{'groups':>7}{'rounds':>7}{'sharegroup s':>14}{'Kafka tool s':>14}{'tool/ours':>10}"
+             f"{'ours reqs':>11}{'tool reqs':>11}{'API s':>8}{'API reqs':>10}{'1 req s':>9}{'N reqs s':>10}  agreed"]
+    for count, f in admin["broker_groups"].items():
+        ours, tool, api, agreement = f["sharegroup"], f["kafka_tool"], f["python_api"], f["agreement"]
+        lines.append(f"{int(count):>7,}{f['rounds']:>7}{ours['wall_s']:>14}{tool['wall_s']:>14}"
+                     f"{f['kafka_tool_over_sharegroup']:>9}x{ours.get('requests_total', '-'):>11}"
+                     f"{tool.get('requests_total', '-'):>11}{api['wall_s']:>8}{sum(api['requests'].values()):>10}"
+                     f"{f['offsets_one_request']['wall_s']:>9}{f['offsets_one_per_group']['wall_s']:>10}  "
+                     f"{'yes' if agreement['agreed'] else 'NO, ' + str(agreement['first_disagreements'][:1])}")
+    lines.append(f"ours reqs / tool reqs: the broker's count ({run['broker_requests_counted']}); API reqs: "
+                 "describe_groups' own Counter, per API at the most groups: " + ", ".join(
+                     f"{api} {n}" for api, n in list(admin["broker_groups"].values())[-1]["python_api"]
+                     ["requests"].items()))
+    lines.append("1 req s / N reqs s: DescribeShareGroupOffsets of the N groups in one request, and in N "
+                 "single-group requests, 5 in flight at a time (as ours sends them)")
+    return lines
+
+
+def admin_broker_table(figures: dict[str, Any]) -> str:
+    return "\n".join([f"sharegroup bench {figures['date']} --only admin-broker, {figures['elapsed_s']} s", "",
+                      *admin_broker_lines(figures["admin"])])

@@ -119,6 +119,7 @@ class ShareGroupProtocol:
         self._admin = self._bootstrap(settings)
         self._manager = self._admin._manager
         self._coordinators: dict[str, int] = {}
+        self._answered: dict[int, bool] = {}  # per node: whether it answered its last request of this conversation
         self.requests["ApiVersions+Metadata (bootstrap)"] += 1
         missing = [name for name, request in SHARE_APIS.items() if request.API_KEY not in self._api_versions()]
         if missing:
@@ -216,9 +217,16 @@ class ShareGroupProtocol:
         self.requests[request.name] += 1
         return self._manager.send(request, node_id=node_id)
 
-    async def _answer(self, future: Any, deadline: float) -> Any:
+    async def _answer(self, future: Any, deadline: float, node: int) -> Any:
+        """``future``'s answer from ``node``; a node that failed to answer is asked last from then on."""
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        return await self._manager.wait_for(future, remaining_ms)
+        try:
+            answer = await self._manager.wait_for(future, remaining_ms)
+        except errors.KafkaError:
+            self._answered[node] = False
+            raise
+        self._answered[node] = True
+        return answer
 
     async def _windowed(self, node: int, requests: Sequence[tuple[list[str], ApiMessage]], deadline: float
                         ) -> list[tuple[list[str], Any]]:
@@ -231,7 +239,7 @@ class ShareGroupProtocol:
         async def oldest() -> None:
             groups, future = waiting.popleft()
             try:
-                answered.append((groups, await self._answer(future, deadline)))
+                answered.append((groups, await self._answer(future, deadline, node)))
             except errors.KafkaError as error:
                 answered.append((groups, error))
 
@@ -244,15 +252,16 @@ class ShareGroupProtocol:
         return answered
 
     async def _ask_any(self, request: ApiMessage, deadline: float) -> Any:
-        """A request any broker answers (FindCoordinator, Metadata): brokers in turn, connected ones first, each
-        given a few seconds, so one frozen broker costs a few seconds, not the call."""
-        connected = set(self._manager._conns)
-        nodes = sorted(self.brokers(), key=lambda node: node not in connected)
+        """A request any broker answers (FindCoordinator, Metadata): brokers in turn, each given a few seconds, those
+        that answered in this conversation first and those that did not last, so a frozen broker costs a few
+        seconds once, not the call."""
+        rank = {True: 0, None: 1, False: 2}
+        nodes = sorted(self.brokers(), key=lambda node: rank[self._answered.get(node)])
         failure: errors.KafkaError = errors.NodeNotReadyError("no broker known")
         for node in nodes:
             attempt_end = min(deadline, time.monotonic() + _ATTEMPT_S)
             try:
-                return await self._answer(self._send(request, node), attempt_end)
+                return await self._answer(self._send(request, node), attempt_end, node)
             except errors.KafkaError as error:
                 failure = error
             if time.monotonic() >= deadline:
@@ -267,7 +276,7 @@ class ShareGroupProtocol:
         failed: dict[int, Failed] = {}
         for node, future in futures.items():
             try:
-                response = await self._answer(future, deadline)
+                response = await self._answer(future, deadline, node)
             except errors.KafkaError as error:
                 failed[node] = Failed.raised(error)
                 continue
@@ -365,7 +374,7 @@ class ShareGroupProtocol:
                    for leader, group in by_leader.items()}
         for leader, future in futures.items():
             try:
-                response = await self._answer(future, deadline)
+                response = await self._answer(future, deadline, leader)
             except errors.KafkaError as error:
                 results.update(dict.fromkeys(by_leader[leader], Failed.raised(error)))
                 continue

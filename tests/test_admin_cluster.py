@@ -303,7 +303,7 @@ def test_a_dead_coordinators_groups_fail_or_move_and_the_others_are_described(ka
           f"requests {dict(requests)}\n{_shown(described)}")
 
     assert sorted(d.group_id for d in described) == groups.ids
-    moved, failed = [], []
+    moved, failed, loading = [], [], []
     for d in described:
         if d.group_id not in on_victim:
             assert (d.state, d.error, _node(d)) == ("Empty", None, groups.coordinator(d.group_id)), d
@@ -311,12 +311,19 @@ def test_a_dead_coordinators_groups_fail_or_move_and_the_others_are_described(ka
         elif d.error is None:  # asked again, of the broker that took the partition over
             moved.append(d.group_id)
             assert d.state == "Empty" and _node(d) not in (victim, None), d
-            assert _partitions(d) == groups.expected(d.group_id), d
+            if d.partitions == ():  # seen once in a full suite: the new coordinator had no start offsets yet
+                loading.append(d.group_id)
+            else:
+                assert _partitions(d) == groups.expected(d.group_id), d
         else:
             failed.append(d.group_id)
             assert d.state is None and d.partitions == () and NO_SHARE_GROUP_ADMIN not in d.error, d
-    print(f"of node {victim}'s groups, {len(moved)} described by their new coordinator, {len(failed)} failed")
+    print(f"of node {victim}'s groups, {len(moved)} described by their new coordinator ({len(loading)} of them "
+          f"with no start offsets yet), {len(failed)} failed")
     assert sorted(moved + failed) == sorted(on_victim)
+    if loading:  # Kafka's answer just after a takeover, not ours: the offsets must come back, unchanged
+        wait_for(lambda: all(_partitions(d) == groups.expected(d.group_id) for d in describe_groups(
+            groups=loading, bootstrap_servers=live)), 60, "the new coordinator's start offsets", interval_s=1)
 
 
 @pytest.mark.timing

@@ -11,6 +11,7 @@ pyplot, so no display and no global backend state are involved.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -161,26 +162,25 @@ def plot_bounded_state(figures: dict[str, Any], path: Path) -> None:
 
 def plot_delta(figures: dict[str, Any], path: Path) -> None:
     """``--only delta``: the two (h) panels alone."""
-    fig = Figure(figsize=(13, 5.5))
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: coordinator=delta, "
-                 f"{figures['machine']['cpus']} cores")
-    _delta(left, right, figures["delta"])
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    _two_panels(path, 5.5, f"format(\"sharegroup\") bench, {figures['date']}: coordinator=delta, "
+                f"{figures['machine']['cpus']} cores", lambda left, right: _delta(left, right, figures["delta"]))
 
 
 def plot_admin_broker(figures: dict[str, Any], path: Path) -> None:
     """``--only admin-broker``: the two (j) panels alone."""
-    fig = Figure(figsize=(13, 4.5))
+    _two_panels(path, 4.5, f"sharegroup admin bench, {figures['date']}: describe --all-groups on one Apache Kafka "
+                f"broker, {figures['machine']['cpus']} cores",
+                lambda left, right: _admin_broker(left, right, figures["admin"])
+                if "broker_groups" in figures["admin"] else None)
+
+
+def _two_panels(path: Path, height: float, title: str, draw: Callable[[Any, Any], None]) -> None:
+    """One figure of two panels side by side, drawn by ``draw(left, right)``, saved as ``path``."""
+    fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
-    fig.suptitle(f"sharegroup admin bench, {figures['date']}: describe --all-groups on one Apache Kafka broker, "
-                 f"{figures['machine']['cpus']} cores")
-    if "broker_groups" in figures["admin"]:
-        _admin_broker(left, right, figures["admin"])
+    fig.suptitle(title)
+    draw(left, right)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

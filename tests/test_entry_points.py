@@ -68,3 +68,26 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
         assert noise not in err, (noise, err)
     assert "stopping: Ctrl-C" in output and "summary" in output and "stopped by Ctrl-C" in output
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("sharegroup-demo-")] == []
+
+
+LOG_THROUGH_SPARKS_LOGGERS = """
+from sharegroup_source.testing.spark import local_spark
+spark = local_spark()
+jvm = spark.sparkContext._jvm
+executor = jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.executor.Executor")
+cause = jvm.org.apache.spark.SparkException("Could not find HeartbeatReceiver.")
+executor.warn("Issue communicating with driver in heartbeater", cause)
+executor.warn("Managed memory leak detected; size = 1 bytes, task 0.0 in stage 0.0 (TID 0)")
+jvm.java.lang.System.err.flush()
+spark.stop()
+"""
+
+
+def test_the_quiet_log_drops_only_the_heartbeat_race_at_stop(tmp_path: Path) -> None:
+    """The executor's heartbeat warning that SparkContext.stop races with (seen in a Ctrl-C run) is
+    dropped by the quiet log configuration; another warning of the same logger still reaches stderr."""
+    done = subprocess.run([sys.executable, "-c", LOG_THROUGH_SPARKS_LOGGERS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "Managed memory leak detected" in done.stderr, done.stderr
+    assert "heartbeater" not in done.stderr and "HeartbeatReceiver" not in done.stderr, done.stderr

@@ -167,7 +167,8 @@ class MicroBatchDriver:
         self._coordinator.take_over()
         self._read_ledger()
         if self._commit_log is not None:
-            self._watcher = CommitWatcher(self._commit_log, functools.partial(self.commit, at_once=True))
+            self._watcher = CommitWatcher(self._commit_log, functools.partial(self.commit, at_once=True),
+                                          self._record_settled_between_batches)
 
     def _read_ledger(self) -> None:
         """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle.
@@ -456,6 +457,13 @@ class MicroBatchDriver:
         except BaseException:
             self._settled = {**settled, **self._settled}
             raise
+
+    def _record_settled_between_batches(self) -> None:
+        """The commit watcher's call when Spark has not come by since it settled: under a long trigger the
+        next epoch's entry, which would carry the statuses, is a trigger interval away."""
+        with self._lock:
+            if not self._stopped:
+                self._record_settled()
 
     def _explain_empty_start(self) -> None:
         """A new query whose first acquisitions found nothing while its topics hold records: say once why that may

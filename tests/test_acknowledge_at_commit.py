@@ -19,6 +19,9 @@ pytestmark = pytest.mark.spark
 
 #: Long enough for a warm batch to run and commit on a loaded machine; the trigger is three times longer.
 LOCK_MS = 10_000
+#: A trigger that never fires again: Spark runs batch 0 at once, then waits for the next multiple of the
+#: interval since 1970 (months away for this one).
+NEVER_AGAIN = "1000 days"
 
 
 def _setup(kafka: KafkaUnderTest, tmp_path, lock_ms: int, partitions: int = 2) -> StreamSetup:
@@ -55,7 +58,7 @@ def test_a_trigger_three_times_the_lock_loses_no_acknowledgement(spark, kafka, t
 def test_a_stop_right_after_a_commit_accepts_the_committed_batch(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, lock_ms=30_000)
     produced = kafka.produce_numbered(setup.topic, 100, 2)
-    query = setup.batch_sink(spark, available_now=False, processing_time="1 hour", checkpointLocation=setup.checkpoint)
+    query = setup.batch_sink(spark, available_now=False, processing_time=NEVER_AGAIN, checkpointLocation=setup.checkpoint)
     try:
         wait_for(lambda: (setup.checkpoint / "commits" / "0").exists(), 60, "Spark's commit of batch 0",
                  interval_s=0.01)
@@ -67,3 +70,22 @@ def test_a_stop_right_after_a_commit_accepts_the_committed_batch(spark, kafka, t
     # what batch 0 did not take (a first fetch may bring one partition only) is all that is left
     leftovers = {(p, v) for p, v, _ in setup.leftovers_for_a_fresh_member()}
     assert leftovers == produced - in_sink
+
+
+def test_an_epoch_acknowledged_at_commit_is_recorded_without_a_next_trigger(spark, kafka, tmp_path):
+    """The ledger records what the commit watcher acknowledged on its own when Spark does not come by:
+    the state tables do not show as held, until the next trigger, what the broker has accepted."""
+    setup = _setup(kafka, tmp_path, lock_ms=30_000)
+    produced = kafka.produce_numbered(setup.topic, 100, 2)
+    query = setup.batch_sink(spark, available_now=False, processing_time=NEVER_AGAIN,
+                             checkpointLocation=setup.checkpoint)
+    try:
+        wait_for(lambda: [e.status for e in setup.ledger_entries()] == ["ACKED"], 60,
+                 "batch 0's epoch recorded ACKED with no batch after it", state=lambda: setup.describe(spark))
+        assert query.isActive and query.lastProgress is not None and query.lastProgress["batchId"] == 0
+    finally:
+        query.stop()
+    in_sink = {(p, v) for p, v, _ in setup.sink_rows(spark)}
+    assert in_sink and in_sink <= produced
+    leftovers = {(p, v) for p, v, _ in setup.leftovers_for_a_fresh_member()}
+    assert leftovers == produced - in_sink  # the broker accepted batch 0's records: none comes back

@@ -58,7 +58,8 @@ def test_a_trigger_three_times_the_lock_loses_no_acknowledgement(spark, kafka, t
 def test_a_stop_right_after_a_commit_accepts_the_committed_batch(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, lock_ms=30_000)
     produced = kafka.produce_numbered(setup.topic, 100, 2)
-    query = setup.batch_sink(spark, available_now=False, processing_time=NEVER_AGAIN, checkpointLocation=setup.checkpoint)
+    query = setup.batch_sink(spark, available_now=False, processing_time=NEVER_AGAIN,
+                             checkpointLocation=setup.checkpoint)
     try:
         wait_for(lambda: (setup.checkpoint / "commits" / "0").exists(), 60, "Spark's commit of batch 0",
                  interval_s=0.01)

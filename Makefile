@@ -4,7 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# JVM jars (Apache Kafka, Delta, Spark's Kafka source) resolved from jvm/pom.xml; see jvm/pom.xml.
+# JVM jars (Apache Kafka, Delta, Spark's Kafka source) resolved from jvm/pom.xml; see jvm/pom.xml. Apache Kafka comes
+# twice: the default broker in jvm/target/kafka, the previous release in jvm/target/kafka-<version>
+# (SHAREGROUP_KAFKA_VERSION=<version> runs the suite, the bench and `sharegroup kafka` on it).
 JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 
@@ -65,8 +67,9 @@ wheel: $(STAMP)
 $(JARS): jvm/pom.xml
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3.8+ (it resolves the JVM jars in jvm/pom.xml)"; exit 1; }
 	@command -v java >/dev/null || { echo "java not found: Apache Kafka and Spark need Java 17"; exit 1; }
-	rm -rf jvm/target/kafka jvm/target/spark
+	rm -rf jvm/target/kafka jvm/target/kafka-* jvm/target/spark
 	$(MVN) -P kafka dependency:copy-dependencies
+	$(MVN) -P kafka-previous dependency:copy-dependencies
 	$(MVN) -P spark dependency:copy-dependencies
 	touch $@
 

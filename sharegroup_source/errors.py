@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["ClusterError", "DataLossError", "FencedError", "OptionError", "OutcomeError", "StateMismatchError",
-           "StateStoreError"]
+__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError", "OptionError",
+           "OutcomeError", "StateMismatchError", "StateStoreError", "TlsError"]
 
 
 class OptionError(ValueError):
@@ -18,6 +18,19 @@ class OptionError(ValueError):
 
 class ClusterError(RuntimeError):
     """The Kafka cluster is unreachable or lacks what the options name."""
+
+
+class AuthenticationError(ClusterError):
+    """The cluster refused the client's login: its user, password or SASL mechanism. Never retried."""
+
+
+class TlsError(ClusterError):
+    """The TLS handshake failed: the broker's certificate is not trusted, or does not name the host. Never retried."""
+
+
+class AuthorizationError(ClusterError):
+    """An ACL refused an operation; the message names the principal, the operation and the resource. Never
+    retried: it lasts until an administrator grants the ACL."""
 
 
 class StateMismatchError(RuntimeError):

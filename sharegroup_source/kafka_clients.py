@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from sharegroup_source.errors import ClusterError, OptionError
+from sharegroup_source.kafka_errors import is_refusal
 
 __all__ = ["KAFKA_LOGGER", "REPEAT_INTERVAL_S", "TRANSIENT_BOUND_S", "TRANSIENT_ERRORS", "ClientLog", "admin_config",
            "client_log", "consumer_config", "is_transient", "producer_config", "refuse_java_settings",
@@ -199,21 +200,24 @@ TRANSIENT_BOUND_S = 60.0
 
 
 def is_transient(error: KafkaError) -> bool:
-    """Whether ``error`` may go away by asking again (never a fatal one)."""
-    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_ERRORS)
+    """Whether ``error`` may go away by asking again: never a fatal one, nor a refusal (a missing ACL is marked
+    retriable, yet stays missing until an administrator grants it)."""
+    return not error.fatal() and not is_refusal(error) and (error.retriable() or error.code() in TRANSIENT_ERRORS)
 
 
 def retry_transient(call: Callable[[], T], what: str, servers: str, bound_s: float = TRANSIENT_BOUND_S,
                     before_retry: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                    sleep: Callable[[float], None] = time.sleep) -> T:
+                    sleep: Callable[[float], None] = time.sleep,
+                    explain: Callable[[KafkaError], Exception | None] | None = None) -> T:
     """``call()``, asked again while it fails with a transient Kafka error, for up to ``bound_s``.
 
     ``before_retry`` runs before each new attempt: a client that keeps a stale leader epoch must be
     replaced, not asked again (librdkafka's admin client answered FENCED_LEADER_EPOCH for a whole
     minute after a leader was killed, without refreshing its metadata).
 
-    Any other Kafka error, or a transient one that outlasts the bound, becomes one ClusterError:
-    ``cannot <what> at bootstrap.servers=<servers>: ...``.
+    Any other Kafka error becomes ``explain(error)`` when that says what it is (a refusal, see
+    :mod:`sharegroup_source.kafka_errors`), else, like a transient one that outlasts the bound, one
+    ClusterError: ``cannot <what> at bootstrap.servers=<servers>: ...``.
     """
     deadline = clock() + bound_s
     pause_s, failures = 0.1, 0
@@ -225,7 +229,9 @@ def retry_transient(call: Callable[[], T], what: str, servers: str, bound_s: flo
             if not isinstance(error, KafkaError):
                 raise
             if not is_transient(error):
-                raise ClusterError(f"cannot {what} at bootstrap.servers={servers}: {error.str()}") from None
+                explained = explain(error) if explain is not None else None
+                raise explained or ClusterError(f"cannot {what} at bootstrap.servers={servers}: {error.str()}") \
+                    from None
             failures += 1
             if clock() + pause_s > deadline:
                 raise ClusterError(f"cannot {what} at bootstrap.servers={servers}: still failing after "

@@ -22,17 +22,23 @@ from sharegroup_source.kafka_clients import (
     is_transient,
     retry_transient,
 )
+from sharegroup_source.kafka_errors import Refusals, refusal
 
 #: How soon a topic whose leader is being elected is asked about again.
 _ASK_AGAIN_S = 0.5
+#: How long one metadata request may wait before the client's error events are looked at: a refused login
+#: closes the connection within a second, while the request would wait out its whole timeout.
+_LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
 __all__ = ["group_start", "log_end_offsets", "log_offsets", "partition_counts"]
 
 
-def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, int]:
-    """Partition count of each topic; raises ClusterError naming what is wrong.
+def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0, needs: str = "",
+                     ) -> dict[str, int]:
+    """Partition count of each topic; raises ClusterError naming what is wrong (``needs``: what the caller needs
+    of the cluster, said with an authorization error).
 
     A cluster that does not answer fails within ``timeout_s``; a topic whose metadata carries a transient error
     (its leader being elected after a broker died) is asked about again for up to ``TRANSIENT_BOUND_S``.
@@ -58,6 +64,12 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
     counts = {}
     for topic in topics:
         found = metadata.topics.get(topic)
+        if found is None:  # a cluster lists only the topics the principal may DESCRIBE: ask for this one by name
+            found = _topics(config, servers, timeout_s, topic).topics.get(topic)
+        if found is not None and found.error is not None:
+            refused = refusal(found.error, config, "DESCRIBE", topics=[topic], needs=needs)
+            if refused is not None:
+                raise refused
         if found is None or found.error is not None:
             known = ", ".join(sorted(t for t in metadata.topics if not t.startswith("__"))[:10]) or "none"
             raise ClusterError(f"topic {topic!r} does not exist at bootstrap.servers={servers} (topics: {known})")
@@ -65,18 +77,28 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
     return counts
 
 
-def _topics(config: Mapping[str, Any], servers: str, timeout_s: float) -> ClusterMetadata:
+def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
+    """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout."""
+    refusals = Refusals()
     # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
-    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
+    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+                                      "error_cb": refusals}))
+    deadline = time.monotonic() + timeout_s
     try:
-        return admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        error = exc.args[0]
-        if is_transient(error) and error.code() not in _NO_ANSWER:
-            raise  # answered, with an error of a cluster in motion: the caller asks again
-        raise ClusterError(
-            f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: {error.str()}"
-        ) from None
+        while True:
+            try:
+                return admin.list_topics(topic=topic, timeout=min(_LOOK_EVERY_S, max(deadline - time.monotonic(), 0.1)))
+            except KafkaException as exc:
+                error = exc.args[0]
+                admin.poll(0)  # serves the error events: why no broker answered
+                refused = refusal(refusals.first, config) if refusals.first is not None else None
+                if refused is not None:
+                    raise refused from None
+                if is_transient(error) and error.code() not in _NO_ANSWER:
+                    raise  # answered, with an error of a cluster in motion: the caller asks again
+                if time.monotonic() >= deadline:
+                    raise ClusterError(f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: "
+                                       f"{error.str()}") from None
     finally:
         admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
 
@@ -90,13 +112,20 @@ def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], ti
 def log_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
                 ) -> dict[tuple[str, int], tuple[int, int]]:
     """(log start, high watermark) of every partition of ``partitions`` (topic -> partition count); a leader that
-    moves is waited for (``retry_transient``)."""
-    consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
+    moves is waited for (``retry_transient``); any failure is a ClusterError."""
+    servers = config.get("bootstrap.servers", "")
+    try:
+        consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        raise ClusterError(f"cannot read log offsets at bootstrap.servers={servers}: "
+                           f"{error.str() if isinstance(error, KafkaError) else error}") from None
     try:
         return retry_transient(
             lambda: {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
                      for topic, count in partitions.items() for p in range(count)},
-            "read log offsets", config.get("bootstrap.servers", ""))
+            "read log offsets", servers,
+            explain=lambda error: refusal(error, config, "DESCRIBE", topics=list(partitions)))
     finally:
         consumer.close()
 

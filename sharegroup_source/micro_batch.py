@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import KafkaException
 
 from sharegroup_source.acknowledger import Acknowledger, Settlement, settled_statuses
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
@@ -476,7 +475,7 @@ class MicroBatchDriver:
             return
         try:
             offsets = log_offsets(self._options.replay_config, self._coordinator.partitions, timeout_s=5.0)
-        except (ClusterError, KafkaException) as error:  # only a hint: a cluster that cannot say fails no query
+        except ClusterError as error:  # only a hint: a cluster that cannot say fails no query
             log.debug("group %s: no log offsets to explain an empty start: %s", self._group_id, error)
             return
         held = sum(end - start for start, end in offsets.values())

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sharegroup_source.consumer_pool import ConsumerPool, consumer_pool
 from sharegroup_source.kafka_clients import is_transient
+from sharegroup_source.kafka_errors import refusal
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
 
@@ -178,7 +179,7 @@ class OffsetRangeReader:
             start = 0
             for at in [at for at, error in enumerate(errors) if error is not None]:
                 _keep_fetched(messages[start:at], reads)  # the records between events, taken together
-                _on_event(cast(KafkaError, errors[at]), messages[at], reads, open_)
+                _on_event(cast(KafkaError, errors[at]), messages[at], reads, open_, self._config)
                 start = at + 1
             _keep_fetched(messages[start:], reads)
 
@@ -189,6 +190,9 @@ class OffsetRangeReader:
                     TopicPartition(topic, partition), timeout=max(deadline - time.monotonic(), 0.1))
             except KafkaException as exc:
                 error = exc.args[0]
+                refused = refusal(error, self._config, "DESCRIBE", topics=[topic])
+                if refused is not None:
+                    raise refused from None
                 if not is_transient(error) or time.monotonic() >= deadline:
                     waited = f"still failing after {self._timeout_s:.0f}s: " if is_transient(error) else ""
                     raise KafkaException(KafkaError(
@@ -246,17 +250,21 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _on_event(error: KafkaError, message: Message, reads: Mapping[tuple[str, int], _Read], open_: list[_Read]) -> None:
+def _on_event(error: KafkaError, message: Message, reads: Mapping[tuple[str, int], _Read], open_: list[_Read],
+              config: Mapping[str, Any]) -> None:
     """A partition's end, a position outside the log, or a client error; transient ones librdkafka recovers from
-    on its own (it reconnects and fetches again)."""
+    on its own (it reconnects and fetches again). The replay group is only a name librdkafka requires: a read by
+    offset never uses it, so a principal without an ACL on it (it needs none) reads on."""
     hit = reads.get((message.topic(), message.partition()))  # type: ignore[arg-type]
     if error.code() == KafkaError._PARTITION_EOF and hit is not None:
         hit.end = hit.position = cast(int, message.offset())  # the EOF's offset is the log's end
     elif error.code() in _OUT_OF_RANGE:
         for read in [hit] if hit is not None else open_:  # no partition named: ask about each
             read.out_of_range = True
+    elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return
     elif not is_transient(error):
-        raise KafkaException(error)
+        raise refusal(error, config, "READ", topics=[str(message.topic())]) or KafkaException(error)
 
 
 def _keep_fetched(records: list[Message], reads: Mapping[tuple[str, int], _Read]) -> None:

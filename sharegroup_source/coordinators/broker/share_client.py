@@ -18,6 +18,7 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 from sharegroup_source.acks import Ack, AckRun, AckType, runs_of
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka_clients import consumer_config
+from sharegroup_source.kafka_errors import is_refusal, refusal
 from sharegroup_source.metadata import partition_counts
 from sharegroup_source.redaction import redact
 
@@ -30,6 +31,8 @@ CLOSE_TIMEOUT_S = 30.0
 #: Records per subscribed partition one poll asks for: five times Kafka's default in-flight window
 #: (``share.partition.max.record.locks``, 2,000), so the group's window, not the client, bounds a poll.
 MAX_RECORD_LOCKS = 10_000
+#: What a member of a broker-coordinated share group needs, said with any authorization error.
+NEEDS = "a share-group member needs READ on its GROUP and READ on each subscribed TOPIC"
 #: librdkafka's largest ``max.poll.records``
 _MAX_POLL_RECORDS = 2**31 - 1
 _KAFKA_ACK_TYPES = {AckType.ACCEPT: AcknowledgeType.ACCEPT, AckType.RELEASE: AcknowledgeType.RELEASE,
@@ -66,7 +69,7 @@ class ShareClient:
         metadata_timeout_s: float = 15.0,
     ):
         self.topics = list(topics)
-        self.partitions = partition_counts(config, self.topics, metadata_timeout_s)
+        self.partitions = partition_counts(config, self.topics, metadata_timeout_s, needs=NEEDS)
         self._config = share_consumer_config(config, max_poll_records or poll_size(self.partitions))
         self._consumer = ShareConsumer(consumer_config(self._config))  # its log: sharegroup_source.kafka
         self._consumer.subscribe(self.topics)
@@ -88,13 +91,17 @@ class ShareClient:
             failure = message.error()
             if failure is None:
                 records.append(message)
-            elif failure.fatal() or not failure.retriable():
+            elif failure.fatal() or not failure.retriable() or is_refusal(failure):
                 raise self._explain(failure)
             else:
                 log.warning("share fetch: %s", failure)
         return records
 
     def _explain(self, error: KafkaError) -> Exception:
+        refused = refusal(error, self._config, "READ", topics=self.topics, group=str(self._config.get("group.id")),
+                          needs=NEEDS)
+        if refused is not None:
+            return refused
         if error.code() == KafkaError.UNSUPPORTED_VERSION:
             return ClusterError(
                 f"the Kafka cluster at bootstrap.servers={self._config.get('bootstrap.servers')} does not "
@@ -119,7 +126,10 @@ class ShareClient:
         A failed partition comes back as a value, not an exception, because a lost ack is
         a normal event for a queue (the broker redelivers) and the caller must count it.
         """
-        results = self._consumer.commit_sync(timeout_s)
+        try:
+            results = self._consumer.commit_sync(timeout_s)
+        except KafkaException as error:
+            raise self._explain(error.args[0]) from None
         return [
             AckResult(tp.topic, tp.partition, None if error is None else _describe(error))
             for tp, error in sorted((results or {}).items(), key=lambda item: (item[0].topic, item[0].partition))

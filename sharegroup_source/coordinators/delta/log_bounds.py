@@ -15,12 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from sharegroup_source.kafka_clients import TRANSIENT_BOUND_S, admin_config, retry_transient
+from sharegroup_source.kafka_errors import refusal
+from sharegroup_source.metadata import partition_counts
 
-__all__ = ["LogBounds"]
+__all__ = ["NEEDS", "LogBounds"]
+
+#: What a member of a Delta-coordinated group needs of Kafka, said with any authorization error.
+NEEDS = "coordinator=delta needs READ on each subscribed TOPIC and no GROUP ACL"
 
 
 class LogBounds:
@@ -31,6 +36,7 @@ class LogBounds:
     """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 15.0, retry_s: float = TRANSIENT_BOUND_S):
+        self._config = config
         self._committed = str(config.get("isolation.level", "read_uncommitted")) == "read_committed"
         self._admin_config = admin_config(config)
         self._admin = AdminClient(self._admin_config)
@@ -46,7 +52,16 @@ class LogBounds:
             ends = self._ask(keys, OffsetSpec.latest())
             return {key: (starts[key], ends[key]) for key in keys}
 
-        return retry_transient(ask, "read log offsets", self._servers, self._retry_s, before_retry=self._new_client)
+        return retry_transient(ask, "read log offsets", self._servers, self._retry_s, before_retry=self._new_client,
+                               explain=lambda error: self._explain(error, partitions))
+
+    def _explain(self, error: KafkaError, partitions: Mapping[str, int]) -> Exception | None:
+        """A refusal, or what the topics' metadata says: a principal that lost DESCRIBE on a topic, or a deleted
+        topic, meets "No leaders found" from ListOffsets, which names neither."""
+        refused = refusal(error, self._config, "DESCRIBE", topics=list(partitions), needs=NEEDS)
+        if refused is None:
+            partition_counts(self._config, partitions, needs=NEEDS)  # raises what is wrong with the topics, if any
+        return refused
 
     def _new_client(self) -> None:
         """A fresh admin client, with fresh metadata: the kept one keeps asking the old leader epoch."""

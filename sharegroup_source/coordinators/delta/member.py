@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
-from sharegroup_source.coordinators.delta.log_bounds import LogBounds
+from sharegroup_source.coordinators.delta.log_bounds import NEEDS, LogBounds
 from sharegroup_source.metadata import partition_counts
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
@@ -58,7 +58,7 @@ class GroupMember:
         self.group = group
         self.member_id = member_id
         self._kind = kind
-        self.partitions = partition_counts(kafka_config, topics)
+        self.partitions = partition_counts(kafka_config, topics, needs=NEEDS)
         self._bounds = LogBounds(kafka_config)
         self._keys = [(t, p) for t, n in sorted(self.partitions.items()) for p in range(n)]
         self._turn = 0  # which partition an acquisition serves first: each in turn

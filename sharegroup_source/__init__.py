@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("RUST_LOG", "warn,aws_config=error")
 
 from sharegroup_source.errors import (
+    AuthenticationError,
+    AuthorizationError,
     ClusterError,
     DataLossError,
     FencedError,
@@ -26,6 +28,7 @@ from sharegroup_source.errors import (
     OutcomeError,
     StateMismatchError,
     StateStoreError,
+    TlsError,
 )
 
 if TYPE_CHECKING:
@@ -33,8 +36,9 @@ if TYPE_CHECKING:
 
     from sharegroup_source.coordinators.delta import DeltaShareConsumer
 
-__all__ = ["ClusterError", "DataLossError", "DeltaShareConsumer", "FencedError", "OptionError", "OutcomeError",
-           "SparkVersionError", "StateMismatchError", "StateStoreError", "acknowledge", "check_spark", "register"]
+__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "DeltaShareConsumer",
+           "FencedError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError", "StateStoreError",
+           "TlsError", "acknowledge", "check_spark", "register"]
 
 #: The first Spark whose Python data sources can stream (``DataSourceStreamReader``).
 MIN_SPARK = (4, 0)

@@ -63,6 +63,13 @@ class RunMember:
     host: str | None
     pid: int | None
 
+    def process_is_alive(self) -> bool:
+        """True when the run's process is known to be alive: on this host, with its pid in use.
+
+        Elsewhere, or without a pid, the answer is False: not known either way.
+        """
+        return self.host == socket.gethostname() and self.pid is not None and not self.process_is_gone()
+
     def process_is_gone(self) -> bool:
         """True when the run's process is known to be dead: it can no longer leave the group.
 
@@ -106,14 +113,32 @@ class ProgressTable:
         return totals
 
     def member_in_group(self, query_id: str) -> RunMember | None:
-        """The query's latest run, when it has not recorded that its member left the group."""
-        rows = [r for r in self.table.snapshot().rows() if r["query_id"] == query_id]
-        if not rows:
-            return None
-        last = max(rows, key=lambda r: r["commit_version"])
-        if last["left_at_ms"] is not None:
-            return None
-        return RunMember(last["run_id"], last["host"], last["pid"])
+        """A run of the query whose member is in the share group, judged per run; None when none is.
+
+        Each run speaks only for its own member: a run that joined late and left (a second query refused
+        at its first call) says nothing of the run still in the group, whose rows may all be older. A run
+        whose latest row has not recorded leaving is in the group, unless it died without leaving and
+        another run wrote a row since (a successor waited for it before joining, so it is gone from the
+        group too). Only a process on this host can be checked: a run elsewhere, or one whose process is
+        not alive, counts as ended once another run wrote after it, as the latest row always decided.
+
+        The newest such run whose process is not known to be gone is returned, so a caller that waits
+        for it waits for a live member first; failing that, the newest one whose process is gone (a
+        caller stops waiting for it: see ``RunMember.process_is_gone``).
+        """
+        latest = sorted(_latest_per_run(r for r in self.table.snapshot().rows() if r["query_id"] == query_id),
+                        key=lambda r: r["commit_version"])
+        newest = latest[-1]["commit_version"] if latest else None
+        in_group: list[RunMember] = []
+        for row in latest:
+            if row["left_at_ms"] is not None:
+                continue
+            member = RunMember(row["run_id"], row["host"], row["pid"])
+            if row["commit_version"] != newest and not member.process_is_alive():  # another run wrote since
+                continue
+            in_group.append(member)
+        alive = [m for m in in_group if not m.process_is_gone()]
+        return (alive or in_group)[-1] if in_group else None
 
     def maintain(self) -> None:
         """Keep each run's latest row only: earlier ones are superseded cumulative counters."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
+from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
@@ -66,6 +67,49 @@ def test_a_dead_predecessor_is_not_waited_for(tmp_path):
     member = store.progress.member_in_group("q")
     assert member is not None and member.run_id == "crashed" and member.process_is_gone()
     assert await_previous_member(store.progress, "q", timeout_s=30) is True
+
+
+def test_a_dead_predecessor_is_forgotten_once_its_successor_left(tmp_path):
+    """The crashed run wrote no "left" row; its successor joined (it waited for it) and left: nobody is in
+    the group, so a next run does not wait and a test waiting for the member to leave is not kept waiting."""
+    store = StateStore(str(tmp_path / "state"))
+    _append_from_another_process(tmp_path / "state")
+    store.progress.append("q", "successor", dict.fromkeys(COUNTERS, 0))
+    assert store.progress.member_in_group("q").run_id == "successor"
+    store.progress.append("q", "successor", dict.fromkeys(COUNTERS, 0), left=True)
+    assert store.progress.member_in_group("q") is None
+
+
+@pytest.mark.timing
+def test_a_refused_second_run_leaving_keeps_the_first_run_waited_for(kafka, tmp_path):
+    """Issue 34, with the drivers: a second query without checkpointLocation on the first's state waits out its
+    handover, joins, is refused at its first call and writes its "left" row; the first run's member is still in
+    the group, so member_in_group names it and a restart waits for it."""
+    setup = StreamSetup(kafka, kafka.new_topic(1, prefix="handover"), kafka.new_group(), tmp_path)
+    kafka.produce_numbered(setup.topic, 20, 1)
+    options = setup.source_options()
+    first = MicroBatchDriver(options)
+    try:
+        offset = first.initial_offset()  # the first run fences at its first call; two epochs put the state ahead
+        for _ in range(2):
+            start = offset
+            offset = wait_for(lambda s=start: (e := first.latest_offset(s, 10)) != s and e, 30, "an epoch")
+            first.commit(int(offset["epoch"]))
+        second = MicroBatchDriver(options, handover_timeout_s=0.5)
+        try:
+            with pytest.raises(StateMismatchError):
+                second.latest_offset(second.initial_offset(), 50)
+        finally:
+            second.stop()
+        progress = StateStore(options.state_location).progress
+        rows = sorted(progress.table.snapshot().rows(), key=lambda r: r["commit_version"])
+        assert rows[-1]["run_id"] == second._run_id and rows[-1]["left_at_ms"] is not None
+        member = progress.member_in_group(setup.group)
+        assert member is not None and member.run_id == first._run_id
+        assert await_previous_member(progress, setup.group, timeout_s=0.5) is False, "a restart waits for it"
+    finally:
+        first.stop()
+    assert StateStore(options.state_location).progress.member_in_group(setup.group) is None
 
 
 @pytest.mark.timing

@@ -27,7 +27,7 @@ from state_store import (
 from state_store.delta_table import Write
 from state_store.ledger import LEDGER_SCHEMA
 from state_store.maintenance import BackgroundMaintenance
-from state_store.progress import COUNTERS
+from state_store.progress import COUNTERS, PROGRESS_SCHEMA
 
 
 def entry(epoch: int, member: str = "run-1", status: str = "ACQUIRED", query: str = "q") -> LedgerEntry:
@@ -238,6 +238,37 @@ def test_progress_knows_whether_the_latest_runs_member_left(store: StateStore) -
     assert store.progress.member_in_group("other") is None
     store.maintain()
     assert store.progress.member_in_group("q").run_id == "run-2"
+
+
+def test_a_refused_runs_leaving_says_nothing_of_the_run_in_the_group(store: StateStore) -> None:
+    """Issue 34: the first run is in the group (idle: no row since it joined); a second query on its state
+    joins, is refused at its first call and leaves. The latest row is that "left", but it is the second
+    run's only: the first run's member is still in the group, and a third run must wait for it."""
+    store.progress.append("q", "first", dict.fromkeys(COUNTERS, 0))  # this live process
+    store.progress.append("q", "refused", dict.fromkeys(COUNTERS, 0))
+    store.progress.append("q", "refused", dict.fromkeys(COUNTERS, 0), left=True)
+    member = store.progress.member_in_group("q")
+    assert member is not None and member.run_id == "first" and member.process_is_alive()
+    store.maintain()
+    assert store.progress.member_in_group("q").run_id == "first"
+    store.progress.append("q", "first", dict.fromkeys(COUNTERS, 0), left=True)
+    assert store.progress.member_in_group("q") is None
+
+
+def test_a_run_elsewhere_that_never_left_ends_when_another_run_writes(store: StateStore) -> None:
+    """A run on another host cannot be checked: as before, a later run's row stands for its end (the later
+    run waited for it before joining), else every restart would wait for a member long expired."""
+    row = {"query_id": "q", "run_id": "elsewhere", "written_at_ms": 0, **dict.fromkeys(COUNTERS, 0),
+           "host": "another-host.invalid", "pid": 1, "left_at_ms": None}
+    store.progress.table.commit(lambda snapshot: Write(pa.Table.from_pylist(
+        [{**row, "commit_version": snapshot.next_version}], schema=PROGRESS_SCHEMA)))
+    member = store.progress.member_in_group("q")
+    assert member is not None and member.run_id == "elsewhere" and not member.process_is_alive()
+    assert not member.process_is_gone(), "a process elsewhere is not known to be gone either"
+    store.progress.append("q", "next", dict.fromkeys(COUNTERS, 0))
+    assert store.progress.member_in_group("q").run_id == "next"
+    store.progress.append("q", "next", dict.fromkeys(COUNTERS, 0), left=True)
+    assert store.progress.member_in_group("q") is None
 
 
 def test_a_compacted_topic_epoch_costs_its_gaps_not_its_offsets(store: StateStore) -> None:

@@ -4,7 +4,10 @@ The embedded broker is a re-implementation of the share-group protocol; this is 
 one, so a behaviour counts as working when it holds here. One JVM runs the broker and the
 controller on loopback, on free ports, with its data in a temporary folder and its log in
 ``kafka.log`` there. Share groups are switched on the way Kafka 4.2+ wants it: the storage
-is formatted with the ``share.version=1`` feature (no broker property needed).
+is formatted with the ``share.version=1`` feature (no broker property needed); Kafka 4.4's
+``share.version=2`` (the broker's dead-letter queue, KIP-1191) is an operator's upgrade
+(``kafka-features upgrade``), which tests/test_kafka_share_dlq.py does. Which Apache Kafka runs:
+``jvm/pom.xml``'s default, or ``SHAREGROUP_KAFKA_VERSION`` (:mod:`~sharegroup_source.testing.jars`).
 
 The JVM dies with the process that started it (``setpriv --pdeathsig`` where available),
 so an interrupted test run leaves no broker behind.

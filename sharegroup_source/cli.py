@@ -2,6 +2,7 @@
 
     sharegroup broker --topic orders:4 --lock-ms 30000     # the embedded broker (no JVM)
     sharegroup kafka --topic orders:4                       # Apache Kafka's own broker (make jars)
+    sharegroup kafka --secured --allow app:TOPIC:orders:READ  # ... on SASL_SSL with ACLs: prints how to connect
 
 Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
 
@@ -82,8 +83,46 @@ def _parser() -> argparse.ArgumentParser:
                        help="create a topic (repeatable)")
     kafka.add_argument("--group", action="append", default=[], metavar="GROUP",
                        help="set share.auto.offset.reset=earliest for this share group (repeatable)")
+    _add_secured_options(kafka)
     _add_admin_commands(commands)
     return parser
+
+
+# -- sharegroup kafka --secured: SASL_SSL, TLS and ACLs, as production runs Kafka -------------------------------------
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+#: What Kafka's JAAS line and SCRAM's [name=...,password=...] take unquoted.
+_PASSWORD = re.compile(r"[^\s\"\\,=\[\]]+")
+
+
+def _add_secured_options(kafka: argparse.ArgumentParser) -> None:
+    kafka.add_argument("--secured", action="store_true",
+                       help="a SASL_SSL listener (SCRAM-SHA-512 and PLAIN users), TLS from a CA made at start, and "
+                            "ACLs (no ACL: no access); prints the CA file, the users and the admin address")
+    kafka.add_argument("--user", action="append", type=_user_spec, default=[], metavar="NAME[=PASSWORD]",
+                       help="with --secured: a user (repeatable; default one user, app); a password not given is "
+                            "generated and printed, a given one is never printed")
+    kafka.add_argument("--allow", action="append", type=_grant_spec, default=[], metavar="USER:RESOURCE:NAME:OP[,OP]",
+                       help="with --secured: grant an ACL at start, e.g. app:TOPIC:orders:READ,WRITE or "
+                            "app:GROUP:orders-workers:READ (repeatable)")
+
+
+def _user_spec(spec: str) -> tuple[str, str | None]:
+    """NAME or NAME=PASSWORD; errors name the user, never the password."""
+    name, has_password, password = spec.partition("=")
+    if not _NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"--user {name or '(empty)'}: a user name is letters, digits, '.', '_', '-'")
+    if has_password and not _PASSWORD.fullmatch(password):
+        raise argparse.ArgumentTypeError(f"--user {name}={REDACTED}: a password is not empty and has no spaces, "
+                                         "quotes, backslashes, commas, '=' or brackets")
+    return name, password if has_password else None
+
+
+def _grant_spec(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
+    user, resource, name, operations = ([*spec.split(":", 3), "", "", ""])[:4]
+    if not (user and resource and name and operations):
+        raise argparse.ArgumentTypeError(f"--allow {spec!r}: give USER:RESOURCE:NAME:OP[,OP], "
+                                         "e.g. app:TOPIC:orders:READ")
+    return user, resource.upper(), name, tuple(op.strip().upper() for op in operations.split(","))
 
 
 #: The commands that operate share groups (sharegroup_source.admin); the others serve a broker.
@@ -483,17 +522,47 @@ def _delete(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # test tooling, loaded only by the commands that serve a broker
-    from sharegroup_source.testing.serve import SERVE_ERRORS, serve_apache_kafka, serve_embedded_broker
+    from sharegroup_source.testing.serve import SERVE_ERRORS, serve_embedded_broker
 
     try:
         if args.command == "kafka":
-            return serve_apache_kafka(args.topic, args.group)
+            return _serve_kafka(args)
         return serve_embedded_broker(args.topic, brokers=args.brokers, auto_offset_reset=args.auto_offset_reset,
                                      lock_duration_ms=args.lock_ms, delivery_attempt_limit=args.delivery_limit,
                                      port=args.port)
     except SERVE_ERRORS as error:
         print(f"sharegroup: error: {error}", file=sys.stderr)
         return 2
+
+
+def _serve_kafka(args: argparse.Namespace) -> int:
+    """Apache Kafka's broker, secured or not. A password given with --user is scrubbed from what the command
+    prints, whichever error (one quoting Kafka's or openssl's output) would carry it; the JVM's own output goes
+    to its log file, as without --secured."""
+    from sharegroup_source.testing.serve import (
+        SERVE_ERRORS,
+        Grant,
+        ServeError,
+        serve_apache_kafka,
+        serve_secured_kafka,
+    )
+
+    if not args.secured:
+        if args.user or args.allow:
+            raise ServeError("--user and --allow need --secured")
+        return serve_apache_kafka(args.topic, args.group)
+    users = dict(args.user)
+    if len(users) < len(args.user):
+        raise ServeError("--user: a user is named twice")
+    given = {password for password in users.values() if password}
+    grants = [Grant(user, resource, name, operations) for user, resource, name, operations in args.allow]
+    with contextlib.redirect_stdout(_Scrubbed(sys.stdout, given)), contextlib.redirect_stderr(_Scrubbed(sys.stderr,
+                                                                                                           given)):
+        try:
+            return serve_secured_kafka(args.topic, args.group, users, grants)
+        except SERVE_ERRORS as error:  # printed here, while the scrubbing stream is in place
+            print(f"sharegroup: error: {error}", file=sys.stderr)
+            return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

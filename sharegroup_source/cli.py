@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sharegroup_source.errors import OptionError
-from sharegroup_source.redaction import REDACTED, is_secret
+from sharegroup_source.redaction import REDACTED, is_scrubbed
 
 __all__ = ["ClientSettings", "main", "plain_text", "read_command_config", "read_properties", "translate_java_settings"]
 
@@ -237,9 +237,10 @@ class ClientSettings:
         return f"ClientSettings(kafka={sorted(self.kafka)}, storage={sorted(self.storage)}) (values redacted)"
 
     def secrets(self) -> set[str]:
-        """Values that must appear in no output, whatever message carries them: every secret Kafka setting's,
+        """Values that must appear in no output, whatever message carries them: every secret Kafka setting's (bar the
+        user and mechanism, which a refused login names),
         and every storage option's (which ones are credentials depends on the store), bar plain words."""
-        values = {v for k, v in self.kafka.items() if is_secret(k)} | set(self.storage.values())
+        values = {v for k, v in self.kafka.items() if is_scrubbed(k)} | set(self.storage.values())
         return {v for v in values if len(v) >= 4 and v.lower() not in _PLAIN_VALUES and not v.isdigit()}
 
 

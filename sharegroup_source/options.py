@@ -18,7 +18,7 @@ from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka_clients import refuse_java_settings
 from sharegroup_source.locations import resolve_location
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
-from sharegroup_source.redaction import REDACTED, is_secret, redact, redact_location
+from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
 
 __all__ = ["SourceOptions", "StateOptions"]
 
@@ -370,7 +370,7 @@ def _kafka_message(error: Exception, user: Mapping[str, str]) -> str:
     else:
         shown = "" if is_secret(key) or key not in user or "Invalid value" not in text else f" (got {user[key]!r})"
         message = f"option 'kafka.{key}': {text}{shown}"
-    for value in {v for k, v in user.items() if is_secret(k) and len(v) >= 3}:
+    for value in {v for k, v in user.items() if is_scrubbed(k) and len(v) >= 3}:
         message = message.replace(value, REDACTED)  # a secret pasted into the wrong setting, too
     return message
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from state_store.redaction import REDACTED, redact_location
 
-__all__ = ["REDACTED", "is_secret", "redact", "redact_location"]
+__all__ = ["NAMED_BY_ERRORS", "REDACTED", "is_scrubbed", "is_secret", "redact", "redact_location"]
 
 _SECRET_MARKERS = ("password", "secret", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem",
                    "ssl.keystore", "ssl.key", "token", "credential", "api.key")
@@ -21,6 +21,17 @@ _SECRET_MARKERS = ("password", "secret", "sasl.jaas.config", "sasl.oauthbearer.c
 _SECRET_PREFIXES = ("kafka.sasl.", "sasl.", "statestorage.")
 #: Options whose value is a location: printed with :func:`redact_location`.
 _LOCATION_KEYS = {"statelocation", "deadletterlocation", "checkpointlocation", "grouplocation", "path"}
+
+
+#: Settings redacted where options are shown, yet not scrubbed out of messages: a refused login names the user and
+#: the mechanism (who tried, and how; never how to get in), and their values are words a broker's message uses for
+#: other things (the mechanism's name is in every SASL error; a short user name hides inside other words).
+NAMED_BY_ERRORS = frozenset({"sasl.username", "sasl.mechanism", "sasl.mechanisms"})
+
+
+def is_scrubbed(key: str) -> bool:
+    """Whether a setting's value is cut out of every text printed: a secret, unless errors name it on purpose."""
+    return is_secret(key) and key.lower().removeprefix("kafka.") not in NAMED_BY_ERRORS
 
 
 def is_secret(key: str) -> bool:

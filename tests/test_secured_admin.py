@@ -8,6 +8,7 @@ password reaches the output.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -63,3 +64,20 @@ def test_a_group_the_user_may_not_describe_is_its_own_line_and_the_others_are_de
     assert err.strip().splitlines() == [
         f"sharegroup: error: (group {hidden}): not authorized to DESCRIBE GROUP {hidden} (GROUP_AUTHORIZATION_FAILED)"]
     assert secured.users["alice"] not in out + err
+
+
+def test_a_refused_login_is_said_at_once_by_the_admin_and_its_cli(secured_kafka, tmp_path, capsys):
+    """Not "cannot reach Kafka" after the whole timeout: the user and the mechanism, within seconds, no password."""
+    secured = secured_kafka
+    wrong = secured.client_config("alice", password="nope-Wrong-9")
+    started = time.monotonic()
+    [described] = describe_groups(groups=["orders"], kafka_config=wrong)
+    assert time.monotonic() - started < 10
+    assert described.error is not None and described.error.startswith(
+        f"Kafka at bootstrap.servers={secured.bootstrap_servers} refused the login of user 'alice' with SASL "
+        "mechanism SCRAM-SHA-512"), described.error
+    config = _properties(secured, tmp_path, "alice")
+    config.write_text(config.read_text().replace(secured.users["alice"], "nope-Wrong-9"))
+    code, out, err = _cli(capsys, "describe", "--group", "orders", "--command-config", str(config))
+    assert code == 1 and "refused the login of user 'alice'" in err, err
+    assert "nope-Wrong-9" not in out + err and "nope-Wrong-9" not in described.error

@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import kafka.errors as errors
+from confluent_kafka import KafkaError
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
@@ -51,6 +52,7 @@ from sharegroup_source.admin.share_requests import (
     parse_offsets,
 )
 from sharegroup_source.errors import ClusterError, OptionError
+from sharegroup_source.kafka_errors import refusal
 
 __all__ = ["NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
 
@@ -114,6 +116,7 @@ class ShareGroupProtocol:
         self.timeout_s = timeout_s
         self.requests: Counter[str] = Counter()
         self._servers = config.get("bootstrap.servers")
+        self._config = config
         settings = kafka_python_config(config)
         logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its errors come back to us as values
         self._admin = self._bootstrap(settings)
@@ -134,7 +137,7 @@ class ShareGroupProtocol:
         a form kafka-python cannot decode answers no ApiVersions v3+, which every Kafka since 2.4 does
         (librdkafka's embedded broker does not): it has no share-group API either, said at once."""
         deadline = time.monotonic() + self.timeout_s
-        watcher = _UndecodableAnswers()
+        watcher = _BootstrapTrouble()
         with watcher.watching():
             while True:
                 attempt_s = max(0.5, min(_BOOTSTRAP_ATTEMPT_S, deadline - time.monotonic()))
@@ -143,7 +146,10 @@ class ShareGroupProtocol:
                                             bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
                 except errors.KafkaError as error:
                     failure = Failed.raised(error)
-                if watcher.seen:
+                if watcher.refused is not None:  # a refused login or TLS handshake: asking again changes nothing
+                    code, words = watcher.refused
+                    raise refusal(KafkaError(code, words), self._config) or ClusterError(words)
+                if watcher.undecodable:
                     raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers}: it does not "
                                        "answer ApiVersions v3+, which every Kafka with share groups does (share "
                                        "groups need Apache Kafka 4.1 or later with share groups enabled)")
@@ -386,30 +392,45 @@ class ShareGroupProtocol:
         return results
 
 
-class _UndecodableAnswers(logging.Handler):
-    """Whether kafka-python logged a bootstrap connection that failed on an answer it could not decode (its
-    only report of it: the bootstrap itself just times out)."""
+#: kafka-python's errors for a login the broker refused.
+_REFUSED_LOGINS = (errors.SaslAuthenticationFailedError, errors.UnsupportedSaslMechanismError,
+                   errors.IllegalSaslStateError)
+
+
+class _BootstrapTrouble(logging.Handler):
+    """What kafka-python logged about bootstrap connections that failed, its only report of why (the bootstrap itself
+    just times out): an answer it could not decode, or a refused login or TLS handshake (librdkafka's code for it,
+    and the words)."""
+
+    _LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.net.transport")
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.seen = False
+        self.undecodable = False
+        self.refused: tuple[int, str] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        args = record.args if isinstance(record.args, tuple) else ()
-        self.seen = self.seen or any(isinstance(arg, errors.KafkaProtocolError) for arg in args)
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            self.undecodable = self.undecodable or isinstance(arg, errors.KafkaProtocolError)
+            if self.refused is None and isinstance(arg, _REFUSED_LOGINS):
+                self.refused = (KafkaError._AUTHENTICATION, str(arg))
+            elif self.refused is None and isinstance(arg, errors.KafkaConnectionError) and "[SSL" in str(arg):
+                self.refused = (KafkaError._SSL, str(arg))
 
     @contextmanager
     def watching(self) -> Iterator[None]:
-        logger = logging.getLogger("kafka.net.manager")
-        level, propagate = logger.level, logger.propagate
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False  # seen here only, never printed
-        logger.addHandler(self)
+        loggers = [logging.getLogger(name) for name in self._LOGGERS]
+        saved = [(logger.level, logger.propagate) for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False  # seen here only, never printed
+            logger.addHandler(self)
         try:
             yield
         finally:
-            logger.removeHandler(self)
-            logger.setLevel(level)
-            logger.propagate = propagate
+            for logger, (level, propagate) in zip(loggers, saved, strict=True):
+                logger.removeHandler(self)
+                logger.setLevel(level)
+                logger.propagate = propagate
 
 

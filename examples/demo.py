@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import sys
@@ -38,10 +39,12 @@ from sharegroup_source.kafka_clients import admin_config, producer_config
 from sharegroup_source.sinks import DeltaBatchWriter
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
+from sharegroup_source.testing.secured_kafka import SecuredKafka
 from sharegroup_source.testing.spark import QUIET_LOG4J2
 from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"
+DEMO_USER = "orders-app"  # --kafka secured: the user the query and the producer log in as
 ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
 TRIGGER_MS, STOP_MARGIN_MS = 2_000, 250  # the query's processing-time trigger; a stop keeps this far from it
 BATCH_PATIENCE_SECONDS = 60  # how long a stop waits for the batch in progress to end
@@ -126,29 +129,42 @@ def progress(state: Path) -> dict:
 
 
 @contextmanager
-def share_group_broker(kind: str) -> Iterator[str]:
-    """The demo's broker with its topic and share group made; yields the bootstrap servers."""
+def share_group_broker(kind: str, coordinator_kind: str) -> Iterator[dict[str, str]]:
+    """The demo's broker with its topic and share group made; yields the clients' Kafka settings."""
     if kind == "embedded":
         with EmbeddedBroker(lock_duration_ms=30_000) as broker:
             broker.create_topic(TOPIC, PARTITIONS)
             print(f"embedded broker {broker.bootstrap_servers}")
-            yield broker.bootstrap_servers
+            yield {"bootstrap.servers": broker.bootstrap_servers}
         return
     from confluent_kafka.admin import AdminClient
 
+    if kind == "secured":
+        with SecuredKafka(users={DEMO_USER: secrets.token_urlsafe(12)}) as secured:
+            admin = AdminClient(admin_config({"bootstrap.servers": secured.internal_servers}))
+            create_topic(admin, TOPIC, PARTITIONS)
+            set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
+            secured.allow(DEMO_USER, "TOPIC", TOPIC, "READ", "WRITE")  # WRITE: the demo's producer is the user too
+            if coordinator_kind == "broker":  # coordinator=delta needs no ACL on the group
+                secured.allow(DEMO_USER, "GROUP", GROUP, "READ")
+            print(f"Apache Kafka with SASL_SSL and ACLs {secured.bootstrap_servers} as user {DEMO_USER} "
+                  f"(log {secured.log_path})")
+            yield {key: str(value) for key, value in secured.client_config(DEMO_USER).items()}
+        return
     with ApacheKafka() as kafka:
         admin = AdminClient(admin_config({"bootstrap.servers": kafka.bootstrap_servers}))
         create_topic(admin, TOPIC, PARTITIONS)
         set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
         print(f"Apache Kafka {kafka.bootstrap_servers} (log {kafka.log_path})")
-        yield kafka.bootstrap_servers
+        yield {"bootstrap.servers": kafka.bootstrap_servers}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python examples/demo.py", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
-                        help="the broker: librdkafka's embedded mock (default) or Apache Kafka's own (make jars)")
+    parser.add_argument("--kafka", choices=("embedded", "apache", "secured"), default="embedded",
+                        help="the broker: librdkafka's embedded mock (default), Apache Kafka's own (make jars), or "
+                             "Apache Kafka with SASL_SSL and ACLs, read as a user with only the ACLs it needs")
     parser.add_argument("--coordinator", choices=("broker", "delta"), default="broker",
                         help="who holds the locks: the broker's share group (default), or a Delta table "
                              "(executors read the records; no share-group support needed on the broker)")
@@ -174,16 +190,17 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
         coordinator |= {"groupLocation": str(work / "group"), "share.auto.offset.reset": "earliest"}
     state, checkpoint, sink = work / "state", work / "checkpoint", work / "orders_delta"
     produced = threading.Event()
-    with share_group_broker(kafka) as servers:
+    with share_group_broker(kafka, coordinator_kind) as client:
         if stop.requested:
             return
         print(f"topic {TOPIC}:{PARTITIONS}; share group {GROUP} (coordinator={coordinator_kind}); output in {work}")
         spark = spark_session()
         signal.signal(signal.SIGINT, stop)  # the SparkContext put its own handler in: it raises KeyboardInterrupt
         orders = (spark.readStream.format("sharegroup")
-                  .option("kafka.bootstrap.servers", servers)
+                  .options(**{f"kafka.{key}": value for key, value in client.items()})
                   .option("kafka.group.id", GROUP).option("subscribe", TOPIC)
                   .option("stateLocation", str(state)).option("maxRecordsPerTrigger", 2_000)
+                  .option("checkpointLocation", str(checkpoint))  # acknowledge at Spark's commit, and at a stop
                   .options(**coordinator).load())
         writer = DeltaBatchWriter(sink, app_id="demo-orders")
         use_delta_spark = has_delta_spark(spark)
@@ -204,7 +221,7 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
                  .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
         # one producer for the whole run: on the embedded broker a client connection that closes ends every
         # share session on the node, so a producer dropped mid-run would fail the query's next acknowledgements
-        orders_producer = Producer(producer_config({"bootstrap.servers": servers, "linger.ms": 20}))
+        orders_producer = Producer(producer_config({**client, "linger.ms": 20}))
         producer = threading.Thread(target=produce_orders, args=(orders_producer, produced, lambda: stop.requested),
                                     daemon=True)
         producer.start()

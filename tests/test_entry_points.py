@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.demo_runs import interrupt_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAREGROUP = Path(sys.executable).parent / "sharegroup"
@@ -40,25 +41,9 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
 
     It arrives as the second batch starts (the first is slow, so the second is due at once): the demo
     lets that batch end and stops the query between batches."""
-    demo = subprocess.Popen([sys.executable, "examples/demo.py"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
-    seen: list[str] = []
-    try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            seen.append(line)
-            if line.startswith("batch "):
-                break
-        else:
-            pytest.fail(f"the demo ended before its first batch: {''.join(seen)}{demo.stderr.read()}")
-        os.killpg(demo.pid, signal.SIGINT)
-        out, err = demo.communicate(timeout=240)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-    output = "".join(seen) + out
-    assert demo.returncode == 0, f"{output}\n{err}"
+    run = interrupt_demo(tmp_path)
+    output, err = run.output, run.err
+    assert run.returncode == 0, f"{output}\n{err}"
     # the batch in progress ended before the stop: no cancelled job's StackOverflowError, killed task's
     # BrokenPipeError or interrupted checkpoint write in Spark's output
     for broken in ("Traceback", "KeyboardInterrupt", "Exception", "Error", "cancelled"):

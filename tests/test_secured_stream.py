@@ -9,11 +9,7 @@ ACL is back a restart brings every record to the sink exactly once.
 from __future__ import annotations
 
 import collections
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,10 +25,10 @@ from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.testing.apache_kafka import create_topic, set_group_configs
 from sharegroup_source.testing.kafka_peers import wait_for
 from sharegroup_source.testing.secured_kafka import SecuredKafka, make_tls
+from tests.demo_runs import interrupt_demo
 
 pytestmark = [pytest.mark.secured, pytest.mark.spark]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: How soon a refused query must fail: the issue's bound, from the query's start.
 REFUSED_WITHIN_S = 30.0
@@ -248,25 +244,9 @@ def test_the_demo_runs_on_the_secured_broker_as_a_user_with_only_its_acls(tmp_pa
     """``examples/demo.py --kafka secured``: its query and producer log in over SASL_SSL; stopped after some
     batches, the Delta sink holds each record once. (Accepted equals the sink's rows only when the stop comes
     between batches; on a loaded machine the demo's patience may run out mid-batch, whose records go back.)"""
-    demo = subprocess.Popen([sys.executable, "examples/demo.py", "--kafka", "secured"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
-    seen: list[str] = []
-    try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            seen.append(line)
-            if sum(line.startswith("batch ") for line in seen) == 3:
-                break
-        else:
-            pytest.fail(f"the demo ended before its third batch: {''.join(seen)}{demo.stderr.read()}")
-        os.killpg(demo.pid, signal.SIGINT)
-        out, err = demo.communicate(timeout=240)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-    output = "".join(seen) + out
-    assert demo.returncode == 0, f"{output}\n{err}"
+    run = interrupt_demo(tmp_path, "--kafka", "secured", after_batches=3)
+    output, err = run.output, run.err
+    assert run.returncode == 0, f"{output}\n{err}"
     assert "with SASL_SSL and ACLs" in output and "as user orders-app" in output, output
     sink = re.search(r"Delta sink holds (\d+) rows \((\d+) distinct\)", output)
     accepted = re.search(r"accepted (\d+),", output)

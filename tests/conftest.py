@@ -68,6 +68,7 @@ def secured_kafka():
 
     with SecuredKafka(users={"alice": "alice-Secret-1", "bob": "bob-Secret-2"}) as secured:
         yield secured
+        consumer_pool().close()  # consumers pooled here leave before their broker stops, as for the other peers
 
 
 @pytest.hookimpl(wrapper=True)

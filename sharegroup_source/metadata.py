@@ -81,8 +81,11 @@ def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: st
     """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout."""
     refusals = Refusals()
     # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
+    # allow.auto.create.topics: asked for by name, a missing topic would otherwise be created (an admin client is a
+    # producer to librdkafka, whose default is true; the embedded broker creates it, as does a Kafka broker with
+    # auto.create.topics.enable, its default)
     admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
-                                      "error_cb": refusals}))
+                                      "allow.auto.create.topics": False, "error_cb": refusals}))
     deadline = time.monotonic() + timeout_s
     try:
         while True:

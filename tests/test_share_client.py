@@ -201,6 +201,8 @@ def test_range_reader_waits_for_a_node_that_comes_back(kafka: KafkaUnderTest):
 def test_unknown_topic_is_one_clear_error(kafka: KafkaUnderTest):
     with pytest.raises(ClusterError, match="topic 'no-such-topic' does not exist"):
         ShareClient(kafka.config(**{"group.id": "g"}), ["no-such-topic"])
+    # asking for it by name created nothing (both brokers create a topic a metadata request may create)
+    assert "no-such-topic" not in kafka.admin.list_topics(timeout=10).topics
 
 
 def test_unreachable_bootstrap_fails_within_the_timeout():

@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 # (SHAREGROUP_KAFKA_VERSION=<version> runs the suite, the bench and `sharegroup kafka` on it).
 JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
+# Node tools the suite starts (Azurite, the Azure Storage emulator), pinned by tools/package-lock.json
+TOOLS := tools/node_modules/.installed
 
 # Spark discovers format("sharegroup") by listing top-level pyspark_* modules (pkgutil), which an
 # editable install's import hook does not show: a .pth line puts the checkout itself on sys.path.
@@ -30,7 +32,7 @@ COMPAT_PYTHON_4.3 := 3.13
 COMPAT := $(VENV)/compat
 COMPAT_TESTS := tests/test_compat.py tests/test_spark_connect.py
 
-.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars clean
+.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars tools clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -75,6 +77,13 @@ $(JARS): jvm/pom.xml
 
 jars: $(JARS)
 
+$(TOOLS): tools/package.json tools/package-lock.json
+	@command -v npm >/dev/null || { echo "npm not found: install Node.js 20+ (the suite's Azure emulator, Azurite, is an npm package)"; exit 1; }
+	npm ci --prefix tools --no-audit --no-fund
+	touch $@
+
+tools: $(TOOLS)
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py $(DEMO_ARGS)
 
@@ -82,7 +91,7 @@ demo: $(STAMP)
 demo-kafka: $(STAMP) $(JARS)
 	$(BIN)/python examples/demo.py --kafka apache
 
-test: $(STAMP) $(JARS)
+test: $(STAMP) $(JARS) $(TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -m "not compat"
@@ -113,4 +122,4 @@ kafka: $(STAMP) $(JARS)
 	$(BIN)/sharegroup kafka --topic orders:4
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target
+	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target tools/node_modules

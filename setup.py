@@ -52,6 +52,10 @@ setup(
             "ipykernel>=6.29,<8",
             "matplotlib>=3.8,<4",
             "psutil>=5.9,<8",
+            # S3 for the state store's tests: moto's server is the field's standard S3 stand-in (testing/s3_server.py)
+            "moto[server]>=5.2,<6",
+            # Azure's own client, to create Azurite's containers (delta-rs does not create them; testing/azurite.py)
+            "azure-storage-blob>=12.19,<13",
             # tests/test_install.py builds the wheel offline (--no-build-isolation): setuptools < 70.1 needs it
             "wheel>=0.40",
             # The Spark the suite runs: 4.2.0, the newest one Delta ships jars for (delta-spark_4.2_2.13

@@ -192,7 +192,6 @@ def _datetime(text: str) -> datetime:
 
 
 # -- --command-config and --storage-option: Kafka's tools' client settings, as librdkafka takes them ---------------
-_STORAGE_PREFIX = "statestorage."  # the source option stateStorage.*, any case
 _KAFKA_PREFIX = "kafka."
 _CONFIG_HELP = ("Kafka client settings in a Java properties file, as Kafka's own tools take them (security.protocol, "
                 "sasl.mechanism, sasl.jaas.config, ssl.truststore.location of a PEM file, client.id, ...), "
@@ -288,7 +287,7 @@ def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -
 
     An unreadable file, a Java-only setting librdkafka cannot take (a JKS store, say) or a value
     librdkafka refuses is an OptionError naming the file and the setting, never its value."""
-    from sharegroup_source.options import _storage_options
+    from sharegroup_source.options import STORAGE_PREFIX, storage_options_of
 
     entries: dict[str, str] = {}
     if path is not None:
@@ -297,15 +296,15 @@ def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -
         except (OSError, UnicodeDecodeError) as error:
             raise OptionError(f"--command-config {path}: cannot read it: {getattr(error, 'strerror', None) or error}"
                               ) from None
-    storage = _storage_options(entries)
+    storage = storage_options_of(entries)
     for pair in storage_options:
         key, equals, value = pair.partition("=")
         if not equals or not key.strip():
             raise OptionError("--storage-option takes KEY=VALUE (what was given is not shown: it may be a secret)")
         key = key.strip()
-        storage[key[len(_STORAGE_PREFIX):] if key.lower().startswith(_STORAGE_PREFIX) else key] = value
+        storage[key[len(STORAGE_PREFIX):] if key.lower().startswith(STORAGE_PREFIX) else key] = value
     kafka = {(k[len(_KAFKA_PREFIX):] if k.lower().startswith(_KAFKA_PREFIX) else k): v
-             for k, v in entries.items() if not k.lower().startswith(_STORAGE_PREFIX)}
+             for k, v in entries.items() if not k.lower().startswith(STORAGE_PREFIX)}
     return ClientSettings(translate_java_settings(kafka, f"--command-config {path}") if kafka else {}, storage)
 
 

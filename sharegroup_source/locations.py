@@ -31,6 +31,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.redaction import redact_location
+from state_store.commit_probe import NonAtomicStoreError, check_commits
 from state_store.storage_errors import storage_detail, storage_problem
 
 if TYPE_CHECKING:  # options resolves its locations here
@@ -90,7 +91,9 @@ def check_location(option: str, location: str, storage_options: Mapping[str, str
 
     Local: the folder is created and a probe file written and deleted in it. Object stores and
     HDFS: the location is looked up with ``storage_options`` (a missing table is fine, a refused
-    credential or an unreachable endpoint is not). Nothing is joined or acquired before this.
+    credential, a missing bucket or an unreachable endpoint is not), and a scratch table proves that
+    the state can be committed there, put-if-absent (:func:`check_commits`). Nothing is joined or acquired
+    before this.
     """
     shown = redact_location(location)
     local = _local_path(location)
@@ -100,11 +103,21 @@ def check_location(option: str, location: str, storage_options: Mapping[str, str
     try:
         DeltaTable(location, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
-        return  # reachable; the first write creates the table
+        pass  # reachable; the first write creates the table
     except (OSError, ValueError, RuntimeError) as exc:
-        problem = storage_problem(exc) or "it cannot be opened"
-        detail = storage_detail(exc).replace(location, shown)
-        raise OptionError(f"option '{option}': {shown}: {problem} ({detail})") from None
+        raise _unusable(option, location, exc, "it cannot be opened") from None
+    try:
+        check_commits(location, storage_options)
+    except NonAtomicStoreError as exc:
+        raise OptionError(f"option '{option}': {exc}") from None
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise _unusable(option, location, exc, "it can be read but not written") from None
+
+
+def _unusable(option: str, location: str, exc: BaseException, otherwise: str) -> OptionError:
+    shown = redact_location(location)
+    detail = storage_detail(exc).replace(location, shown)
+    return OptionError(f"option '{option}': {shown}: {storage_problem(exc) or otherwise} ({detail})")
 
 
 def check_source_locations(options: SourceOptions) -> None:

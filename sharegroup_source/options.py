@@ -20,7 +20,7 @@ from sharegroup_source.locations import resolve_location
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
 
-__all__ = ["SourceOptions", "StateOptions"]
+__all__ = ["STORAGE_PREFIX", "SourceOptions", "StateOptions", "storage_options_of"]
 
 COORDINATORS = ("broker", "delta")
 #: The Delta coordinator's group settings (KIP-932's group configs, kept in the group's own state;
@@ -35,7 +35,8 @@ _NOT_WITH_DELTA = {
                           "use maxRecordsPerTrigger",
 }
 _KAFKA_PREFIX = "kafka."
-_STORAGE_PREFIX = "statestorage."
+#: The prefix of delta-rs storage options, in any case: stateStorage.<key>.
+STORAGE_PREFIX = "statestorage."
 _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
                "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition", "includeHeaders",
                "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator", "pollTimeoutMs",
@@ -71,7 +72,7 @@ class StateOptions:
     def parse(cls, options: Mapping[str, Any]) -> StateOptions:
         lowered = {str(key).lower(): value for key, value in options.items()}
         return cls(group_id=_group_id(lowered), state_location=_location(lowered, "stateLocation"),
-                   storage_options=_storage_options(options))
+                   storage_options=storage_options_of(options))
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class SourceOptions:
             if key.lower() in _RESERVED_KAFKA:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
         refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
-        unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, _STORAGE_PREFIX))
+        unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, STORAGE_PREFIX))
                          and key.lower() not in _KNOWN)
         if unknown:
             raise OptionError(f"unknown option(s) {', '.join(map(repr, unknown))}; "
@@ -237,9 +238,9 @@ def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Ma
     return location, settings
 
 
-def _storage_options(options: Mapping[str, Any]) -> dict[str, str]:
-    """delta-rs storage options from ``stateStorage.<key>`` options, ``<key>`` as written."""
-    storage = _prefixed(options, _STORAGE_PREFIX)
+def storage_options_of(options: Mapping[str, Any]) -> dict[str, str]:
+    """delta-rs storage options from ``stateStorage.<key>`` options (any case), ``<key>`` as written."""
+    storage = _prefixed(options, STORAGE_PREFIX)
     if "" in storage:
         raise OptionError("option 'stateStorage.' names no storage option: write stateStorage.<key>")
     return storage

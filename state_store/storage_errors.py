@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ACCESS_DENIED", "UNREACHABLE", "storage_detail", "storage_problem"]
+__all__ = ["ACCESS_DENIED", "NO_SUCH_STORE", "UNREACHABLE", "storage_detail", "storage_problem"]
 
 ACCESS_DENIED = "access denied or no credentials: check the storage options (stateStorage.*)"
 UNREACHABLE = "the store cannot be reached: check its address and the storage options (stateStorage.*)"
+NO_SUCH_STORE = "the bucket or container does not exist: create it, or correct the location's bucket or container"
 
 #: Phrases of object_store (S3, GCS, Azure), HDFS and the OS for a refused or missing credential.
 _ACCESS_PHRASES = ("lacked the necessary privileges", "403 forbidden", "401 unauthorized", "accessdenied",
@@ -26,12 +27,18 @@ _UNREACHABLE_PHRASES = ("error sending request", "tcp connect error", "connectio
                         "failed to lookup address", "name or service not known", "timed out",
                         "connection reset", "no route to host", "network is unreachable")
 
+#: The error codes of S3, Azure and GCS for a bucket or container that is not there (delta-rs does not create one).
+_NO_STORE_PHRASES = ("nosuchbucket", "containernotfound", "the specified bucket does not exist",
+                     "the specified container does not exist")
+
 
 def storage_problem(exc: BaseException) -> str | None:
-    """``ACCESS_DENIED``, ``UNREACHABLE`` or None (another failure: the caller's own words apply)."""
+    """``ACCESS_DENIED``, ``NO_SUCH_STORE``, ``UNREACHABLE`` or None (another failure: the caller's words apply)."""
     text = str(exc).lower()
     if isinstance(exc, PermissionError) or any(phrase in text for phrase in _ACCESS_PHRASES):
         return ACCESS_DENIED
+    if any(phrase in text for phrase in _NO_STORE_PHRASES):
+        return NO_SUCH_STORE
     if any(phrase in text for phrase in _UNREACHABLE_PHRASES):
         return UNREACHABLE
     return None

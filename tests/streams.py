@@ -7,7 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store import UNSETTLED
+from state_store import UNSETTLED, StateStore
 
 
 def worker_holding_an_epoch(options: dict[str, str]) -> subprocess.Popen:
@@ -34,12 +34,16 @@ def worker_holding_an_epoch(options: dict[str, str]) -> subprocess.Popen:
 
 @dataclass
 class StreamSetup:
-    """One query's names and folders: its topic, share group, state, checkpoint and sink."""
+    """One query's names and folders: its topic, share group, state, checkpoint and sink.
+
+    ``storage`` holds the delta-rs storage options of a state location on an object store.
+    """
 
     kafka: KafkaUnderTest
     topic: str
     group: str
     root: Path
+    storage: dict[str, str] = field(default_factory=dict)
 
     @property
     def state(self) -> Path:
@@ -60,6 +64,7 @@ class StreamSetup:
             "subscribe": self.topic,
             "stateLocation": str(self.state),
             "pollTimeoutMs": "500",
+            **{f"stateStorage.{k}": v for k, v in self.storage.items()},
             **{k: str(v) for k, v in extra.items()},
         }
 
@@ -113,11 +118,12 @@ class StreamSetup:
         rows = frame.select("partition", "value", "deliveryCount").collect()
         return [(r.partition, bytes(r.value), r.deliveryCount) for r in rows]
 
+    def state_store(self) -> StateStore:
+        return StateStore(str(self.state), storage_options=self.storage)
+
     def progress(self) -> dict[str, int]:
         """The source's counters summed over its runs, from the ``progress`` state table."""
-        from state_store import StateStore
-
-        return StateStore(str(self.state)).progress.totals(self.group)
+        return self.state_store().progress.totals(self.group)
 
     def wait_until_member_left(self, timeout_s: float = 30.0) -> None:
         """Wait for the query's member to leave the group (Spark stops its worker asynchronously).
@@ -125,9 +131,7 @@ class StreamSetup:
         A member joining before that would share the partitions with it, and on one partition
         get nothing at all, so what it reads would say nothing about the group.
         """
-        from state_store import StateStore
-
-        progress = StateStore(str(self.state)).progress
+        progress = self.state_store().progress
         wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave")
 
     def leftovers_for_a_fresh_member(self, timeout_s: float = 60.0) -> list[tuple[int, bytes, int]]:
@@ -179,6 +183,4 @@ class StreamSetup:
         return f"{len(self.sink_rows(spark))} rows in the sink, counters {self.progress()}, epochs {epochs}"
 
     def ledger_entries(self) -> list:
-        from state_store import StateStore
-
-        return StateStore(str(self.state)).ledger.entries(self.group)
+        return self.state_store().ledger.entries(self.group)

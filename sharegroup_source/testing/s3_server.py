@@ -89,6 +89,7 @@ class _SerialisedWrites:
         self.commits_open = threading.Event()  # cleared: commit PUTs wait (S3Server.commits_held)
         self.commits_open.set()
         self.waiting = 0  # commit PUTs waiting for commits_open
+        self.ignore_conditions = False  # a store without conditional writes (S3Server.conditional_writes_ignored)
         self._counts: dict[str, list[int]] = {}  # bucket -> [commits, conflicts]
         self._state_lock = threading.Lock()
 
@@ -103,6 +104,8 @@ class _SerialisedWrites:
             return start_response(status, headers, exc_info)
 
         commit = _COMMIT_PATH.match(environ.get("PATH_INFO", "")) if method == "PUT" else None
+        if commit and self.ignore_conditions:
+            environ.pop("HTTP_IF_NONE_MATCH", None)  # stored over whatever is there, as such a store does
         if commit and not self.commits_open.is_set():
             with self._state_lock:
                 self.waiting += 1
@@ -181,6 +184,8 @@ class _Child:
             self.app.commits_open.set()
         elif name == "waiting":
             return self.app.waiting
+        elif name == "conditions":
+            self.app.ignore_conditions = not argument
         return None
 
 
@@ -332,6 +337,16 @@ class S3Server:
     def commits_waiting(self) -> int:
         """How many commit PUTs wait inside :meth:`commits_held`."""
         return int(self._command("waiting"))
+
+    @contextmanager
+    def conditional_writes_ignored(self) -> Iterator[None]:
+        """Inside the block the server is an S3-compatible store without conditional writes: a commit PUT's
+        ``If-None-Match: *`` is dropped, so the PUT overwrites a version that exists instead of getting 412."""
+        self._command("conditions", False)
+        try:
+            yield
+        finally:
+            self._command("conditions", True)
 
     def counts(self, bucket: str | None = None) -> CommitCounts:
         """Delta commit PUTs answered so far, in one bucket or all: stored, and refused as conflicts (412)."""

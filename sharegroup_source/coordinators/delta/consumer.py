@@ -33,7 +33,9 @@ from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, 
 from sharegroup_source.acks import Ack, record_keys, releases, runs_of
 from sharegroup_source.coordinators.delta.coordinator import DeltaCoordinator
 from sharegroup_source.coordinators.delta.member import GroupMember
+from sharegroup_source.locations import check_location
 from sharegroup_source.offset_reader import OffsetRangeReader
+from sharegroup_source.options import STORAGE_PREFIX, storage_options_of
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import message_key
 from state_store import AckType, DeadLetters
@@ -126,11 +128,15 @@ class DeltaShareConsumer:
             raise ValueError(f"share.acknowledgement.mode={mode!r}: DeltaShareConsumer acknowledges explicitly only")
         self._group_id = str(config["group.id"])
         self._max_poll_records = _positive(config, "max.poll.records", DEFAULT_MAX_POLL_RECORDS)
-        self._kafka = {key: value for key, value in config.items() if key not in _OWN}
-        self._group = GroupStore.open(str(config["group.location"]), self._group_id, _group_settings(config))
-        dead_letter_location = config.get("dead.letter.location")
-        self._dead_letters = _dead_letters(str(dead_letter_location) if dead_letter_location else None,
-                                           self._group.location)
+        storage = storage_options_of(config)  # stateStorage.<key>, as a query takes them
+        self._kafka = {key: value for key, value in config.items()
+                       if key not in _OWN and not key.lower().startswith(STORAGE_PREFIX)}
+        locations = {key: str(config[key]) for key in ("group.location", "dead.letter.location") if config.get(key)}
+        for key, location in locations.items():
+            check_location(key, location, storage)  # reachable, writable, atomic: before the member joins
+        self._group = GroupStore.open(locations["group.location"], self._group_id, _group_settings(config),
+                                      storage_options=storage)
+        self._dead_letters = _dead_letters(locations.get("dead.letter.location"), self._group.location, storage)
         self.member_id = f"worker-{uuid.uuid4().hex}"
         self._reader = OffsetRangeReader(self._kafka, delivered=True)
         self._coordinator: DeltaCoordinator | None = None
@@ -334,9 +340,11 @@ def _group_settings(config: Mapping[str, Any]) -> dict[str, int | str]:
     return settings
 
 
-def _dead_letters(location: str | None, group_location: str) -> DeadLetters:
+def _dead_letters(location: str | None, group_location: str, storage: dict[str, str]) -> DeadLetters:
     """The dead letters table at ``location`` (a path or URI), or ``dead_letters`` under the group's location."""
-    return DeadLetters.open(group_location, "dead_letters") if location is None else DeadLetters.at(location)
+    if location is None:
+        return DeadLetters.open(group_location, "dead_letters", storage_options=storage)
+    return DeadLetters.at(location, storage_options=storage)
 
 
 def _lost_lock(reason: str) -> KafkaException:

@@ -287,7 +287,7 @@ def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -
 
     An unreadable file, a Java-only setting librdkafka cannot take (a JKS store, say) or a value
     librdkafka refuses is an OptionError naming the file and the setting, never its value."""
-    from sharegroup_source.options import STORAGE_PREFIX, storage_options_of
+    from sharegroup_source.locations import STORAGE_PREFIX, storage_options_of
 
     entries: dict[str, str] = {}
     if path is not None:

@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from deltalake import DeltaTable
@@ -37,7 +37,8 @@ from state_store.storage_errors import storage_detail, storage_problem
 if TYPE_CHECKING:  # options resolves its locations here
     from sharegroup_source.options import SourceOptions
 
-__all__ = ["DBFS_MOUNT", "DELTA_SCHEMES", "check_location", "check_source_locations", "resolve_location"]
+__all__ = ["DBFS_MOUNT", "DELTA_SCHEMES", "STORAGE_PREFIX", "check_location", "check_source_locations",
+           "resolve_location", "storage_options_of"]
 
 #: Schemes delta-rs (object_store) opens; ``hdfs``/``viewfs`` need its HDFS support at run time.
 #: ``https`` is there for stores addressed by their endpoint (``https://<account>.blob.core.windows.net/...``).
@@ -45,7 +46,18 @@ DELTA_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfs
                            "viewfs", "https"})
 #: Where Databricks mounts DBFS on the driver and workers.
 DBFS_MOUNT = Path("/dbfs")
+#: The prefix of the locations' delta-rs storage options, in any case: stateStorage.<key>.
+STORAGE_PREFIX = "statestorage."
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?P<rest>.*)$", re.DOTALL)
+
+
+def storage_options_of(options: Mapping[str, Any]) -> dict[str, str]:
+    """delta-rs storage options from ``stateStorage.<key>`` options (any case), ``<key>`` as written."""
+    storage = {key[len(STORAGE_PREFIX):]: str(value) for key, value in options.items()
+               if key.lower().startswith(STORAGE_PREFIX)}
+    if "" in storage:
+        raise OptionError("option 'stateStorage.' names no storage option: write stateStorage.<key>")
+    return storage
 
 
 def resolve_location(option: str, value: str, dbfs_mount: Path = DBFS_MOUNT) -> str:

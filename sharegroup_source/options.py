@@ -16,11 +16,11 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, share_consumer_config
 from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka_clients import refuse_java_settings
-from sharegroup_source.locations import resolve_location
+from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
 
-__all__ = ["STORAGE_PREFIX", "SourceOptions", "StateOptions", "storage_options_of"]
+__all__ = ["SourceOptions", "StateOptions"]
 
 COORDINATORS = ("broker", "delta")
 #: The Delta coordinator's group settings (KIP-932's group configs, kept in the group's own state;
@@ -35,8 +35,6 @@ _NOT_WITH_DELTA = {
                           "use maxRecordsPerTrigger",
 }
 _KAFKA_PREFIX = "kafka."
-#: The prefix of delta-rs storage options, in any case: stateStorage.<key>.
-STORAGE_PREFIX = "statestorage."
 _DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
                "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition", "includeHeaders",
                "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator", "pollTimeoutMs",
@@ -236,14 +234,6 @@ def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Ma
             raise OptionError(f"option 'share.auto.offset.reset' must be latest or earliest, got {reset!r}")
         settings["share.auto.offset.reset"] = text
     return location, settings
-
-
-def storage_options_of(options: Mapping[str, Any]) -> dict[str, str]:
-    """delta-rs storage options from ``stateStorage.<key>`` options (any case), ``<key>`` as written."""
-    storage = _prefixed(options, STORAGE_PREFIX)
-    if "" in storage:
-        raise OptionError("option 'stateStorage.' names no storage option: write stateStorage.<key>")
-    return storage
 
 
 def _prefixed(options: Mapping[str, Any], prefix: str) -> dict[str, str]:

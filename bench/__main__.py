@@ -1,6 +1,6 @@
 """``make bench``: every figure of the source in one run, the throughput story first.
 
-    python -m bench [--quick] [--only state|delta|admin|admin-broker] [--peers apache,embedded]
+    python -m bench [--quick] [--only state|delta|admin|admin-broker|state-store] [--peers apache,embedded]
                     [--out-dir bench/results]
 
 The throughput story, on Apache Kafka (the broker the bench starts from the jars, or the cluster of
@@ -32,7 +32,14 @@ maxRecordsPerPartition (the story's default and tuned runs and one more value); 
 cost per epoch; (f) driver memory per 10,000 records in flight; (i) describing 100 Delta groups. With Apache
 Kafka among the peers, on a broker of its own: (j) ``sharegroup describe --all-groups`` against Kafka's own
 ``kafka-share-groups --describe --all-groups --offsets`` over 1, 100 and 1,000 share groups
-(``bench.admin_broker_bench``, into ``"admin": {"broker_groups": {N: ...}}``). On the
+(``bench.admin_broker_bench``, into ``"admin": {"broker_groups": {N: ...}}``). On Apache Kafka: (k) the state
+store on local disk against S3 (``bench.remote_state``): both coordinators (``broker``, the default, and
+``delta`` with ``groupLocation``) at 16 partitions into noop, 80,000 records in batches of 5,000
+(maxRecordsPerTrigger), their state (stateLocation, and groupLocation) on local disk and on moto's S3 server on
+loopback (``stateStorage.<key>`` options), each run on a fresh group, checkpoint and location, medians of 3
+interleaved rounds: the Spark batch p50 (triggerExecution of the steady batches), records/s and Delta commits
+per batch (steady, and over the whole run; per table), into ``"state_store": {"local": {coordinator: ...},
+"s3": {coordinator: ...}, "store_run": ...}`` beside (e)'s figures. On the
 embedded broker (no format("kafka"): Java clients cannot talk to it; 5 MiB per partition) there is no
 story: the plain loop and the default sharegroup query run once on a 50,000-record topic for the
 figures above. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against 10, and one
@@ -45,10 +52,12 @@ ShareConsumerPerformance tool, now not run), (a) and (b) over 1..16 partitions, 
 (d) on the one-poll batch of 10,000 records. (d) shrank to one extra run.
 
 A full run takes about 25 minutes on two cores, most of it the story (60 consumer runs and 24 of
-Spark's own batch), about 5 of it (j); ``--quick`` about 5 minutes (one round, smaller topics and batches). ``--only
-state`` measures (g) alone, in about two minutes, into ``<date>-state.*``; ``--only delta`` (h)
-alone into ``<date>-delta.*``; ``--only admin`` (i) alone; ``--only admin-broker`` (j) alone, in about
-five minutes, into ``<date>-admin-broker.*``. Writes ``<out-dir>/<date>.json`` and
+Spark's own batch), about 5 of it (j), and (k) adds about 3.5 (12 runs); ``--quick`` about 5 minutes
+and 1.5 for (k) (one round, smaller topics and batches). ``--only state`` measures (g) alone, in about
+two minutes, into ``<date>-state.*``; ``--only delta`` (h) alone into ``<date>-delta.*``; ``--only
+admin`` (i) alone; ``--only admin-broker`` (j) alone, in about five minutes, into
+``<date>-admin-broker.*``; ``--only state-store`` (k) alone, in about four minutes (two with --quick),
+into ``<date>-state-store.*``. Writes ``<out-dir>/<date>.json`` and
 ``<date>.png`` (``<date>-quick.*`` with --quick) and prints the table. The JSON carries
 ``"scaling": {peer: {consumer: {partitions: records/s}}}`` and ``"limit_per_partition": {peer:
 {partitions: records/s}}``, with the runs, options, batch sizes, the limit's terms and the checks
@@ -85,13 +94,15 @@ from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
 from bench.latency import measure_latency
 from bench.lock_limit import DEFAULT_RECORD_LOCK_LIMIT, measure_lock_limits
-from bench.plot import plot, plot_admin_broker, plot_bounded_state, plot_delta
+from bench.plot import plot, plot_admin_broker, plot_bounded_state, plot_delta, plot_state_store
+from bench.remote_state import StoreSizes, measure_state_stores
 from bench.report import (
     TARGET_RATIO,
     admin_broker_table,
     admin_table,
     delta_only_table,
     state_only_table,
+    state_store_only_table,
     table,
     write_json,
 )
@@ -236,15 +247,37 @@ def run_admin_broker_only(quick: bool) -> dict[str, Any]:
             "elapsed_s": round(time.monotonic() - started), "admin": admin}
 
 
+def _state_stores(kafka: KafkaUnderTest, spark: SparkSession, quick: bool, scratch: Path,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """(k) on Apache Kafka: both coordinators with their state on local disk and on an S3 server, in interleaved
+    rounds (``bench.remote_state``)."""
+    return measure_state_stores(kafka, spark, StoreSizes.quick() if quick else StoreSizes.full(),
+                                scratch / "state-store", say)
+
+
+def run_state_store_only(quick: bool) -> dict[str, Any]:
+    """``--only state-store``: (k) alone, on Apache Kafka whatever --peers says; one Spark session."""
+    started = time.monotonic()
+    spark = local_spark()
+    try:
+        with bench_kafka("apache") as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch:
+            stores = _state_stores(kafka, spark, quick, Path(scratch), lambda message: _say(message, started))
+    finally:
+        spark.stop()
+    return {"date": str(date.today()), "quick": quick, "only": "state-store", "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "state_store": stores}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     """(g), then on every peer the throughput story (Apache Kafka) or the main topic's two runs (the embedded
-    broker), latency, the lock limits and (h); (c) to (f) and (i) on the first peer; (j) on a broker of its own
-    with Apache Kafka among the peers; then what the checkpoint setting saves of Spark's own batch cost. One Spark
-    session."""
+    broker), latency, the lock limits and (h), and (k) on Apache Kafka; (c) to (f) and (i) on the first peer; (j)
+    on a broker of its own with Apache Kafka among the peers; then what the checkpoint setting saves of Spark's own
+    batch cost. One Spark session."""
     started = time.monotonic()
     by_peer: dict[str, Any] = {}
     stories: dict[str, Any] = {}
     delta = _delta_figures(sizes, peers)
+    stores: dict[str, Any] = {"store_run": {"skipped": "(k) runs on Apache Kafka, which --peers leaves out"}}
     # Spark's JVM starts while (g) builds its states (tens of seconds), and is up and idle before (g)'s restarts
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start") as starting:
         session = starting.submit(local_spark)
@@ -264,6 +297,8 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                     admin = _admin(kafka, scratch, say)
                 by_peer[peer] = _latency_and_locks(kafka, spark, sizes, scratch, say, main.known)
                 _delta(kafka, spark, sizes, scratch, say, delta, main.delta)
+                if peer == "apache":
+                    stores = _state_stores(kafka, spark, quick, scratch, say)
         if "apache" in peers:
             admin.update(_admin_broker(quick, lambda message: _say(f"apache: {message}", started)))
         # last: a query's first batches in a fresh JVM are slower, which would count against whichever setting
@@ -276,6 +311,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         spark.stop()
     _delta_verdict(delta)
     commits = next(b for b in details["driver"]["profile"]["buckets"] if b["bucket"].startswith("Delta commits"))
+    details["state_store"].update(stores)  # (e) and (k) under one key: (e)'s figures, "local", "s3", "store_run"
     return {
         "date": str(date.today()), "quick": quick, "machine": _machine(),
         "elapsed_s": round(time.monotonic() - started),
@@ -402,25 +438,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: "
                              f"{','.join(DEFAULT_PEERS)}); the throughput story runs on Apache Kafka, figures "
                              "(c) to (f) and (i) on the first peer")
-    parser.add_argument("--only", choices=["state", "delta", "admin", "admin-broker"],
+    parser.add_argument("--only", choices=["state", "delta", "admin", "admin-broker", "state-store"],
                         help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
                              "delta: only (h) coordinator=delta, on every peer of --peers; "
                              "admin: only (i) describing 100 groups, on the first peer; "
                              "admin-broker: only (j) sharegroup describe --all-groups against Kafka's "
-                             "kafka-share-groups over 1, 100 and 1,000 groups, on Apache Kafka (--quick: 1 round)")
+                             "kafka-share-groups over 1, 100 and 1,000 groups, on Apache Kafka (--quick: 1 round); "
+                             "state-store: only (k) both coordinators' state on local disk against an S3 server, "
+                             "on Apache Kafka (--quick: 1 round)")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
     runs = {"state": lambda: run_state_only(sizes, args.quick),
             "delta": lambda: run_delta_only(sizes, args.quick, args.peers),
             "admin": lambda: run_admin_only(args.peers),
-            "admin-broker": lambda: run_admin_broker_only(args.quick)}
+            "admin-broker": lambda: run_admin_broker_only(args.quick),
+            "state-store": lambda: run_state_store_only(args.quick)}
     figures = runs[args.only]() if args.only else run(sizes, args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
     outputs = {None: (plot, table), "state": (plot_bounded_state, state_only_table),
                "delta": (plot_delta, delta_only_table), "admin": (None, admin_table),
-               "admin-broker": (plot_admin_broker, admin_broker_table)}
+               "admin-broker": (plot_admin_broker, admin_broker_table),
+               "state-store": (plot_state_store, state_store_only_table)}
     draw, text = outputs[args.only]
     if draw is not None:
         draw(figures, args.out_dir / f"{stem}.png")

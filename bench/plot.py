@@ -4,9 +4,9 @@ The throughput story (records/s over partitions, one line per consumer and the p
 limit, the done-when checks in its title), the limit's two terms against a default sharegroup
 batch, latency, (d) over maxRecordsPerPartition, (c) where one micro-batch's time goes, (g)
 bounded state (a driver's restart on a long-lived state against a short-lived one, and one
-compacted-topic epoch's ledger row), (h) coordinator=delta and (j) ``sharegroup describe --all-groups`` against
-Kafka's own tool over the number of groups. Drawn on an Agg canvas without
-pyplot, so no display and no global backend state are involved.
+compacted-topic epoch's ledger row), (h) coordinator=delta, (j) ``sharegroup describe --all-groups`` against
+Kafka's own tool over the number of groups and (k) both coordinators' state on local disk against S3.
+Drawn on an Agg canvas without pyplot, so no display and no global backend state are involved.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.delta_coordinator import DELTA_CONSUMERS
+from bench.remote_state import COORDINATORS, STORES
 from bench.report import TARGET_RATIO
 from bench.story import STORY_CONSUMERS
 
-__all__ = ["plot", "plot_admin_broker", "plot_bounded_state", "plot_delta"]
+__all__ = ["plot", "plot_admin_broker", "plot_bounded_state", "plot_delta", "plot_state_store"]
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -34,17 +35,20 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     state = figures.get("bounded_state")
     delta = figures.get("delta")
     broker = figures.get("admin", {}).get("broker_groups")
+    stores = figures["state_store"] if "local" in figures.get("state_store", {}) else None
     stories = list(figures.get("story", {}))
     rows = [[f"story_{peer}", f"story_{peer}"] for peer in stories] + [
         ["limit_left", "limit_right"], ["bottom_left", "bottom_right"]]
-    height = 10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0) + (4 if broker else 0)
+    height = (10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0) + (4 if broker else 0)
+              + (4 if stores else 0))
     fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
                               + ([["delta_left", "delta_right"]] if delta else [])
-                              + ([["broker_left", "broker_right"]] if broker else []),
+                              + ([["broker_left", "broker_right"]] if broker else [])
+                              + ([["stores_left", "stores_right"]] if stores else []),
                               height_ratios=[1.4] * len(stories) + [1, 1] + ([0.8] if state else [])
-                              + ([1] if delta else []) + ([0.8] if broker else []))
+                              + ([1] if delta else []) + ([0.8] if broker else []) + ([0.8] if stores else []))
     fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: records of {figures['dataset']['value_bytes']} B, "
                  f"{figures['machine']['cpus']} cores; (c) and (d) on the {figures['kafka']['detail_peer']} peer")
     for peer in stories:
@@ -60,6 +64,8 @@ def plot(figures: dict[str, Any], path: Path) -> None:
         _delta(axes["delta_left"], axes["delta_right"], delta)
     if broker:
         _admin_broker(axes["broker_left"], axes["broker_right"], figures["admin"])
+    if stores:
+        _state_store(axes["stores_left"], axes["stores_right"], stores)
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
 
     per_limit = figures["max_records_per_partition"]
@@ -174,6 +180,14 @@ def plot_admin_broker(figures: dict[str, Any], path: Path) -> None:
                 if "broker_groups" in figures["admin"] else None)
 
 
+def plot_state_store(figures: dict[str, Any], path: Path) -> None:
+    """``--only state-store``: the two (k) panels alone."""
+    _two_panels(path, 4.5, f"format(\"sharegroup\") bench, {figures['date']}: state on local disk against S3, "
+                f"{figures['machine']['cpus']} cores",
+                lambda left, right: _state_store(left, right, figures["state_store"])
+                if "local" in figures["state_store"] else None)
+
+
 def _two_panels(path: Path, height: float, title: str, draw: Callable[[Any, Any], None]) -> None:
     """One figure of two panels side by side, drawn by ``draw(left, right)``, saved as ``path``."""
     fig = Figure(figsize=(13, height))
@@ -224,6 +238,33 @@ def _admin_broker(left: Any, right: Any, admin: dict[str, Any]) -> None:
     right.set_ylabel("Kafka requests sent (broker's count)")
     right.set_title("(j) requests per describe (the broker's count)", fontsize=10)
     right.legend(fontsize=7.5, loc="upper left")
+
+
+def _state_store(left: Any, right: Any, stores: dict[str, Any]) -> None:
+    """Grouped bars per coordinator, local disk beside S3: the Spark batch p50 (labelled with Delta commits per
+    steady batch) and records/s."""
+    run = stores["store_run"]
+    colors = {"local": "#3182bd", "s3": "#e6550d"}
+    x = range(len(COORDINATORS))
+    for offset, (store, where) in zip((-0.2, 0.2), STORES.items(), strict=True):
+        figures = [stores[store].get(coordinator, {}) for coordinator in COORDINATORS]
+        batch = [figure.get("batch_p50_ms") or 0 for figure in figures]
+        rates = [figure["throughput"]["records_per_s"] if "throughput" in figure else 0 for figure in figures]
+        left.bar([i + offset for i in x], batch, 0.4, color=colors[store], label=where)
+        right.bar([i + offset for i in x], rates, 0.4, color=colors[store], label=where)
+        for i, (figure, ms, rate) in enumerate(zip(figures, batch, rates, strict=True)):
+            commits = figure.get("commits", {}).get("per_batch_steady")
+            left.text(i + offset, ms, "n/a" if commits is None else f"{ms:,.0f} ms\n{commits} commits/batch",
+                      ha="center", va="bottom", fontsize=7.5)
+            right.text(i + offset, rate, f"{rate:,}", ha="center", va="bottom", fontsize=7.5)
+    for axes, label in ((left, "Spark batch p50, ms"), (right, "records/s, steady state")):
+        axes.set_xticks(list(x), list(COORDINATORS))
+        axes.set_ylabel(label)
+        axes.set_ylim(0, max((bar.get_height() for bar in axes.patches), default=0) * 1.35 or 1)
+        axes.legend(fontsize=7.5, loc="upper left")
+    left.set_title(f"(k) state on local disk and on S3, {run['partitions']} partitions, batches of "
+                   f"{run['trigger']:,} records", fontsize=10)
+    right.set_title(f"(k) records/s, median of {run['rounds']} interleaved round(s)", fontsize=10)
 
 
 def _delta(left: Any, right: Any, delta: dict[str, Any]) -> None:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.delta_coordinator import DELTA_CONSUMERS
+from bench.remote_state import COORDINATORS, STORES
 from bench.story import STORY_CONSUMERS
 
 __all__ = ["TARGET_RATIO", "admin_broker_lines", "admin_broker_table", "admin_lines", "admin_table",
            "bounded_state_table", "delta_only_table", "delta_table", "peers_table",
-           "settings_table", "state_only_table", "story_table", "table", "write_json"]
+           "settings_table", "state_only_table", "state_store_lines", "state_store_only_table", "story_table",
+           "table", "write_json"]
 
 #: coordinator=delta -> noop must reach this share of the plain reader's records/s, and of format("kafka")'s ((h)).
 TARGET_RATIO = 0.8
@@ -271,12 +273,16 @@ def delta_table(delta: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _only_table(figures: dict[str, Any], what: str, lines: list[str]) -> str:
+    """An ``--only`` run's table: a title line naming ``what`` it measured, then its ``lines``."""
+    run = "quick" if figures["quick"] else "full"
+    return "\n".join([f"sharegroup bench {figures['date']} ({run}), {what}, {figures['machine']['cpus']} cores, "
+                      f"{figures['elapsed_s']} s", "", *lines])
+
+
 def delta_only_table(figures: dict[str, Any]) -> str:
     """``--only delta``: (h) alone."""
-    run = "quick" if figures["quick"] else "full"
-    return "\n".join([f"sharegroup bench {figures['date']} ({run}), coordinator=delta only, "
-                      f"{figures['machine']['cpus']} cores, {figures['elapsed_s']} s", "",
-                      *delta_table(figures["delta"])])
+    return _only_table(figures, "coordinator=delta only", delta_table(figures["delta"]))
 
 
 def state_only_table(figures: dict[str, Any]) -> str:
@@ -334,6 +340,8 @@ def table(figures: dict[str, Any]) -> str:
         lines += ["", *bounded_state_table(figures["bounded_state"])]
     if "delta" in figures:
         lines += ["", *delta_table(figures["delta"])]
+    if "store_run" in figures["state_store"]:
+        lines += ["", *state_store_lines(figures["state_store"])]
     if "admin" in figures:
         lines += ["", *admin_lines(figures["admin"])]
         if "broker_groups_run" in figures["admin"]:
@@ -388,3 +396,46 @@ def admin_broker_lines(admin: dict[str, Any]) -> list[str]:
 def admin_broker_table(figures: dict[str, Any]) -> str:
     return "\n".join([f"sharegroup bench {figures['date']} --only admin-broker, {figures['elapsed_s']} s", "",
                       *admin_broker_lines(figures["admin"])])
+
+
+def state_store_lines(stores: dict[str, Any]) -> list[str]:
+    """(k): both coordinators with their state on local disk and on S3: the Spark batch p50, records/s and Delta
+    commits per batch (over the steady batches, and over the whole run), then where the commits go, per table."""
+    run = stores["store_run"]
+    if "skipped" in run:
+        return [f"(k) state on local disk against S3: skipped, {run['skipped']}"]
+    lines = [f"(k) state on local disk against S3 ({run['s3'].split(' (')[0]}), {run['partitions']} partitions, "
+             f"{run['records']:,} records of {run['value_bytes']} B, maxRecordsPerTrigger {run['trigger']:,}, into "
+             f"noop; median of {run['rounds']} interleaved round(s)",
+             f"{'':<24}{'batch p50':>10}{'latestOffset':>13}{'records/s':>11}{'batches':>8}"
+             f"{'Delta commits per batch':>25}{'commits seen':>14}",
+             f"{'coordinator, state on':<24}{'ms':>10}{'p50 ms':>13}{'':>11}{'':>8}{'steady (whole run)':>25}"
+             f"{'store / logs':>14}"]
+    tables = []
+    for coordinator in COORDINATORS:
+        for store, where in STORES.items():
+            figure = stores[store].get(coordinator, {})
+            name = f"{coordinator}, {where.split(' (')[0]}"
+            if "throughput" not in figure:
+                lines.append(f"{name:<24}n/a: {figure.get('error', 'not measured')[:100]}")
+                continue
+            commits = figure["commits"]
+            seen = f"{commits.get('server_commit_puts', commits.get('log_files'))} / {commits['total']}"
+            per_batch = f"{commits['per_batch_steady']:.2f} ({commits['per_batch']:.2f})"
+            latest = figure["batch_phases_p50_ms"].get("latestOffset")
+            lines.append(f"{name:<24}{_ms(figure['batch_p50_ms']):>10}{_ms(latest):>13}{_rate(figure):>11}"
+                         f"{figure['batches']:>8}{per_batch:>25}{seen:>14}")
+            tables.append(f"  {name}: " + ", ".join(f"{table} {t['in_steady_window']} / {t['commits']}"
+                                                     for table, t in commits["by_table"].items())
+                          + (f"; commit PUTs outside the state tables {commits['outside_the_state_tables']}, "
+                             f"refused (412) {commits['server_conflicts']}" if "server_conflicts" in commits else ""))
+    lines += ["commits seen: on local disk the _delta_log/<version>.json files, on S3 the commit PUTs the server "
+              "stored; logs: every table's newest version + 1",
+              "commits per table, in the steady window of the median run / over the run:", *tables]
+    lines += [f"n/a: {key}: {error}" for key, error in run.get("errors", {}).items()]
+    return lines
+
+
+def state_store_only_table(figures: dict[str, Any]) -> str:
+    """``--only state-store``: (k) alone."""
+    return _only_table(figures, "state store local against S3 only", state_store_lines(figures["state_store"]))

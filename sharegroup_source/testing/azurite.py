@@ -10,9 +10,8 @@ gets 403 AuthorizationFailure, so there is no switch to turn authentication on.
 What it does not emulate: ADLS Gen2's hierarchical namespace (the dfs endpoint, atomic rename, ACLs;
 delta-rs needs none of them, and ``abfss://`` URIs reach the blob endpoint here), Entra ID (OAuth) and
 managed identities (use the account key or a SAS), throttling (no 503 ServerBusy), latency, geo-replication.
-Unlike :class:`~sharegroup_source.testing.s3_server.S3Server` it does not count commits and conflicts:
-Azurite is a Node process we cannot wrap, and a counting proxy in front would be a second fake; callers
-count conflicts on their side (CommitFailedError).
+It counts commits and conflicts (:meth:`Azurite.counts`) from its own request log (``--debug``): the Put
+Blob of each ``_delta_log/N.json`` and whether it was stored (201) or refused (409).
 
 Where it comes from: ``azurite-blob`` from ``tools/node_modules``, which ``make tools`` installs with
 ``npm ci`` at the exact version ``tools/package-lock.json`` pins (``SHAREGROUP_AZURITE`` names another).
@@ -32,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import socket
@@ -47,6 +47,7 @@ from typing import IO
 from azure.storage.blob import BlobServiceClient
 
 from sharegroup_source.testing.apache_kafka import _free_port, _orphan_guard
+from sharegroup_source.testing.s3_server import CommitCounts
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AZURITE_ENV", "Azurite", "AzuriteError", "AzuriteMissing"]
 
@@ -58,6 +59,13 @@ AZURITE_ENV = "SHAREGROUP_AZURITE"
 _REPO_AZURITE = Path(__file__).resolve().parents[2] / "tools" / "node_modules" / ".bin" / "azurite-blob"
 #: What Azurite prints once it has saved its metadata on SIGTERM.
 _CLOSED = b"Azurite Blob service successfully closed"
+
+
+_REQUEST_LINE = re.compile(r"^\S+ (?P<id>[0-9a-f-]{36}) ")
+#: The line naming a request's blob: a Delta commit file, with its container.
+_COMMIT_BLOB = re.compile(r"BlobStorageContextMiddleware: Account=\S+ Container=(?P<container>\S+) "
+                          r"Blob=(?:\S+/)?_delta_log/\d{20}\.json$")
+_END_STATUS = re.compile(r"EndMiddleware: End response\. .*StatusCode=(?P<code>\d+)")
 
 
 class AzuriteError(RuntimeError):
@@ -116,7 +124,8 @@ class Azurite:
         self._log = self.log_path.open("ab")
         self._argv = [str(binary), "--blobHost", self.host, "--blobPort", str(self.port),
                          "--location", str(self.directory / "data"), "--skipApiVersionCheck", "--silent",
-                         "--disableTelemetry"]  # telemetry: Azurite reports to Microsoft unless told not to
+                         "--disableTelemetry",  # telemetry: Azurite reports to Microsoft unless told not to
+                         "--debug", str(self.directory / "requests.log")]  # read by counts()
         try:
             self.up()
         except BaseException:
@@ -223,6 +232,27 @@ class Azurite:
         """
         return {"azure_storage_account_name": ACCOUNT, "azure_storage_account_key": ACCOUNT_KEY,
                 "azure_endpoint": self.endpoint, "azure_allow_http": "true", **overrides}
+
+    def counts(self, container: str | None = None) -> CommitCounts:
+        """Delta commit Put Blobs answered so far, in one container or all: stored (201), and refused as
+        conflicts (409: the version existed). Read from Azurite's request log, which it writes as it answers."""
+        if self.directory is None:
+            raise AzuriteError("Azurite was never started")
+        commits: dict[str, bool] = {}  # request id -> in the container asked about
+        counts = [0, 0]
+        with (self.directory / "requests.log").open(encoding="utf-8", errors="replace") as log:
+            for line in log:
+                request = _REQUEST_LINE.match(line)
+                if request is None:
+                    continue
+                commit = _COMMIT_BLOB.search(line)
+                if commit is not None:
+                    commits[request["id"]] = container is None or commit["container"] == container
+                    continue
+                status = _END_STATUS.search(line)
+                if status is not None and commits.pop(request["id"], False) and status["code"] in ("201", "409"):
+                    counts[status["code"] == "409"] += 1
+        return CommitCounts(*counts)
 
     def __enter__(self) -> Azurite:
         return self.start()

@@ -1,0 +1,299 @@
+"""State on object stores: every location of the source on an S3 server (moto) and on Azurite, over their protocols.
+
+Each test runs once per store, on Apache Kafka's broker. What a user would check is checked: the
+records in the sink against what was produced, the state tables read back from the store, the
+store's own count of commits and refused commits, and the one-line messages of a store at fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import sharegroup_source
+from sharegroup_source import DeltaShareConsumer
+from sharegroup_source.admin import describe_groups, reset_offsets
+from sharegroup_source.errors import OptionError
+from sharegroup_source.locations import check_location
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_source.testing.workers import kill_source_workers
+from state_store import RecordState, StateStore, StateStoreError
+from state_store.group import GroupStore
+from state_store.storage_errors import ACCESS_DENIED, NO_SUCH_STORE
+from tests.conftest import selected_peers
+from tests.object_stores import azurite, s3_server  # noqa: F401  (session fixtures)
+from tests.streams import StreamSetup
+from tests.test_source import _assert_exactly_once
+
+pytestmark = pytest.mark.object_store
+#: The store is what these tests vary; Kafka is Apache Kafka's broker (the embedded one if it alone is selected).
+ON_APACHE = pytest.mark.parametrize("kafka", [p for p in selected_peers() if p == "apache"] or selected_peers(),
+                                    indirect=True)
+
+#: Short locks, so a crashed run's records come back within the test.
+LOCK_MS = 3_000
+#: Longer than delta-rs's retries of a refused connection (3-6 s here), shorter than a lock duration matters.
+OUTAGE_S = 10
+
+
+def _for_seconds(seconds: float, until: Callable[[], bool]) -> None:
+    """Let ``seconds`` pass (an outage lasts that long), or less once ``until`` holds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not until():
+        time.sleep(0.2)
+
+
+@dataclass
+class Store:
+    """One test's place on a store: a fresh bucket or container, and what a test does to the store."""
+
+    name: str
+    root: str
+    storage: dict[str, str]
+    #: storage options whose credential the store refuses
+    wrong_credentials: dict[str, str]
+    #: a location in a bucket or container that does not exist
+    missing: str
+    outage: Callable[[], AbstractContextManager[None]]
+    #: inside it the store checks credentials (Azurite always does; moto only when told)
+    checking_credentials: Callable[[], AbstractContextManager[None]]
+    #: (commits, refused commits) the store answered in this test's bucket or container
+    commit_counts: Callable[[], tuple[int, int]]
+
+    def uri(self, path: str) -> str:
+        return f"{self.root}/{path}"
+
+
+@pytest.fixture(params=["s3", "azure"])
+def store(request) -> Store:
+    if request.param == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        bucket = s3.create_bucket()
+        return Store("s3", s3.uri(bucket, "t"), s3.storage_options(),
+                     s3.storage_options(aws_secret_access_key="not-the-secret"),
+                     s3.uri(f"sharegroup-missing-{uuid.uuid4().hex[:8]}", "t"), s3.outage, s3.credentials_required,
+                     lambda: tuple(s3.counts(bucket)))
+    server = request.getfixturevalue("azurite")
+    container = server.create_container()
+    return Store("azure", server.uri(container, "t"), server.storage_options(),
+                 server.storage_options(azure_storage_account_key=server.wrong_key()),
+                 server.uri(f"missing-{uuid.uuid4().hex[:8]}", "t"), server.outage, contextlib.nullcontext,
+                 lambda: tuple(server.counts(container)))
+
+
+class StoreSetup(StreamSetup):
+    """A query whose state and dead letters are on the store; its checkpoint and sink stay local."""
+
+    store: Store
+
+    @property
+    def state(self) -> str:  # type: ignore[override]
+        return self.store.uri(f"{self.root.name}/state")
+
+    @property
+    def dead_letters(self) -> str:
+        return self.store.uri(f"{self.root.name}/dead_letters")
+
+    def options(self, **extra) -> dict[str, str]:
+        return super().options(deadLetterLocation=self.dead_letters, **extra)
+
+
+def _setup(kafka: KafkaUnderTest, store: Store, root: Path, topic: str, group: str) -> StoreSetup:
+    setup = StoreSetup(kafka, topic, group, root, storage=store.storage)
+    setup.store = store
+    return setup
+
+
+def _dead_letter_keys(setup: StoreSetup) -> set[tuple[int, bytes]]:
+    rows = StateStore(setup.state, storage_options=setup.storage,
+                      dead_letter_location=setup.dead_letters).dead_letters.read().to_pylist()
+    return {(r["partition"], r["value"]) for r in rows}
+
+
+def _drain(setup: StoreSetup, spark, handler, expected: set, outage=None) -> str:
+    """Run the query until ``expected`` is in the sink and every epoch is acknowledged ("went on"), or until it
+    fails ("failed": then with the store's own words). ``outage``: the store is down for a while once the run
+    has written a few batches."""
+    query = setup.batch_sink(spark, handler, available_now=False, lockDurationMs=LOCK_MS, maxRecordsPerTrigger=20)
+    try:
+        if outage is not None:
+            written = len(setup.ledger_entries())
+            wait_for(lambda: len(setup.ledger_entries()) >= written + 3, 90, "a few batches of this run")
+            with outage():
+                _for_seconds(OUTAGE_S, until=lambda: query.exception() is not None)
+        wait_for(lambda: query.exception() is not None
+                 or ({(p, v) for p, v, _ in setup.sink_rows(spark)} >= expected and setup.every_epoch_acked()),
+                 180, "every record in the sink and every epoch acknowledged, or the query failed",
+                 interval_s=0.5, state=lambda: setup.describe(spark))
+        error = query.exception()
+    finally:
+        query.stop()
+    if error is None:
+        return "went on"
+    message = str(error)
+    assert "cannot be reached" in message or "error sending request" in message, message
+    return "failed"
+
+
+# -- a broker-mode query: crash, restart, an outage of the store ---------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.timing
+@ON_APACHE
+def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spark, kafka, store, tmp_path):
+    """Every location on the store. A run is killed after Spark's commit, before its ACCEPT; the restarted run
+    meets a 10 s outage of the store. Either way: every record once, the rejected ones as dead letters on the
+    store, the ledger settled and the progress table counting both runs."""
+    group = kafka.new_group(lock_duration_ms=LOCK_MS, session_timeout_ms=6_000)
+    setup = _setup(kafka, store, tmp_path, kafka.new_topic(2, prefix="store"), group)
+    produced = kafka.produce_numbered(setup.topic, 200, 2)
+    rejected = {(i % 2, f"record-{i}".encode()) for i in range(0, 400, 40)}
+    options = setup.options()
+
+    def reject_some(frame, batch_id):
+        values = [v for _, v in rejected]
+        sharegroup_source.acknowledge(frame.filter(frame.value.isin(values)), "REJECT", "bad", options=options)
+        return frame.filter(~frame.value.isin(values))
+
+    # run 1: acknowledgements wait for the next trigger (no checkpointLocation option), an hour away
+    query = setup.batch_sink(spark, reject_some, available_now=False, processing_time="1 hour",
+                             lockDurationMs=LOCK_MS)
+    try:
+        wait_for(lambda: (setup.checkpoint / "commits" / "0").exists(), 90, "Spark's commit of batch 0")
+        assert {e.status for e in setup.ledger_entries()} == {"ACQUIRED"}, setup.describe(spark)
+        assert kill_source_workers() == 1
+    finally:
+        query.stop()
+    produced |= kafka.produce_numbered(setup.topic, 200, 2, first=200)
+
+    # run 2 (and 3, if the outage failed run 2): the store goes away for a while as batches are written
+    outcomes = [_drain(setup, spark, reject_some, produced - rejected, outage=store.outage)]
+    if outcomes[0] == "failed":
+        outcomes.append(_drain(setup, spark, reject_some, produced - rejected))
+    assert outcomes in (["went on"], ["failed", "went on"]), outcomes
+    print(f"\n{store.name}: the run that met the outage {outcomes[0]}")
+
+    _assert_exactly_once(setup.sink_rows(spark), produced - rejected)
+    assert _dead_letter_keys(setup) == rejected
+    assert setup.leftovers_for_a_fresh_member() == []
+    totals = setup.progress()
+    assert totals["runs"] >= 2 and totals["rejected"] >= len(rejected), totals
+    assert totals["redeliveries_deduped"] > 0, "batch 0's records never came back to be acknowledged"
+
+
+# -- the group's compare-and-swap under contention ----------------------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.timing
+@ON_APACHE
+def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, kafka, store, tmp_path):
+    """Two delta-mode queries and a DeltaShareConsumer (its storage options as stateStorage.* keys) on one
+    groupLocation on the store, one partition, small acquisitions: every record to exactly one member once, no
+    redelivery (a record held twice would arrive twice), and the store refused commits that lost a race."""
+    topic, group = kafka.new_topic(1, prefix="cas"), f"g-{uuid.uuid4().hex[:8]}"
+    produced = kafka.produce_numbered(topic, 400, 1)
+    group_location = store.uri("group")
+    delta = {"coordinator": "delta", "groupLocation": group_location, "share.auto.offset.reset": "earliest",
+             "maxRecordsPerTrigger": 10}
+    setups = [_setup(kafka, store, tmp_path / name, topic, group) for name in ("a", "b")]
+    got_by_worker: list[tuple[int, bytes, int]] = []
+    worker_lost_races: list[int] = []
+    stop = threading.Event()
+    config = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "group.location": group_location,
+              "share.auto.offset.reset": "earliest", "max.poll.records": 10,
+              **{f"stateStorage.{k}": v for k, v in store.storage.items()}}
+
+    def work() -> None:
+        consumer = DeltaShareConsumer(config)
+        try:
+            consumer.subscribe([topic])
+            while not stop.is_set():
+                messages = consumer.poll(0.2)
+                for message in messages:
+                    consumer.acknowledge(message)
+                results = consumer.commit_sync()
+                got_by_worker.extend((m.partition(), m.value(), m.delivery_count()) for m in messages
+                                     if results.get((m.topic(), m.partition())) is None)
+            # compare-and-swap races it lost and retried (as bench/delta_coordinator.py, reaching in for the counter)
+            worker_lost_races.append(consumer._group.share_state.table.lost_races)
+        finally:
+            consumer.close()
+
+    queries = [setup.file_sink(spark, available_now=False, **delta) for setup in setups]
+    worker = threading.Thread(target=work, name="delta-share-consumer")
+    worker.start()
+    try:
+        wait_for(lambda: sum(len(s.sink_rows(spark)) for s in setups) + len(got_by_worker) >= len(produced), 240,
+                 "every record in a sink or with the worker", interval_s=1,
+                 state=lambda: f"{[len(s.sink_rows(spark)) for s in setups]} in the sinks, {len(got_by_worker)} "
+                               f"with the worker")
+        for setup in setups:
+            wait_for(setup.every_epoch_settled, 60, "each query's last epoch to be acknowledged")
+    finally:
+        stop.set()
+        worker.join(60)
+        for query in queries:
+            query.stop()
+    sinks = [setup.sink_rows(spark) for setup in setups]
+    everything = [row for rows in sinks for row in rows] + got_by_worker
+    _assert_exactly_once(everything, produced)
+    assert {dc for *_, dc in everything} == {1}, "a record was delivered twice: two members held it"
+    assert all(sinks) and got_by_worker, f"a member took nothing: {[len(s) for s in sinks]}, {len(got_by_worker)}"
+    group_store = GroupStore.existing(group_location, storage_options=store.storage)
+    assert sorted(m.kind for m in group_store.members()) == ["query", "query", "worker"]
+    share_state = group_store.share_state.partitions()
+    assert [b for sp in share_state.values() for b in sp.batches if b.state is not RecordState.ACKNOWLEDGED] == []
+    commits, refused = store.commit_counts()
+    print(f"\n{store.name}: {commits} Delta commits stored, {refused} refused by the store (two writers PUT one "
+          f"version); the worker lost {worker_lost_races} compare-and-swap races and retried them")
+    assert worker_lost_races and worker_lost_races[0] + refused > 0, "no commit lost a race: the test did not contend"
+
+    # the admin on the store: describe, then a reset back to the start, one commit
+    [described] = describe_groups([group_location], bootstrap_servers=kafka.bootstrap_servers,
+                                  storage_options=store.storage)
+    assert (described.error, described.state, described.members) == (None, "Empty", ()), described
+    assert [(p.spso, p.acquired, p.lag) for p in described.partitions] == [(400, 0, 0)]
+    plan = reset_offsets(group_location, to="earliest", execute=True, bootstrap_servers=kafka.bootstrap_servers,
+                         storage_options=store.storage)
+    assert [(r.start_offset, r.new_start_offset) for r in plan.partitions] == [(400, 0)]
+    [described] = describe_groups([group_location], bootstrap_servers=kafka.bootstrap_servers,
+                                  storage_options=store.storage)
+    assert [(p.spso, p.lag) for p in described.partitions] == [(0, 400)]
+
+
+# -- a store at fault, and a store without an atomic commit --------------------------------------------------------
+def test_wrong_credentials_and_a_missing_bucket_are_named_in_one_line(store):
+    """What a query, the admin and a worker say at start: the option, the location, and which of the two it is."""
+    with store.checking_credentials():
+        for location, storage, problem in ((store.uri("state"), store.wrong_credentials, ACCESS_DENIED),
+                                           (store.missing, store.storage, NO_SUCH_STORE)):
+            with pytest.raises(OptionError) as refused:
+                check_location("stateLocation", location, storage)
+            message = str(refused.value)
+            assert message.startswith(f"option 'stateLocation': {location}: {problem} ("), message
+            assert "\n" not in message and "not-the-secret" not in message, message
+            with pytest.raises(StateStoreError, match=problem.split(":")[0]):
+                StateStore(location, storage_options=storage).ledger.entries("g")
+
+
+@ON_APACHE
+def test_a_worker_on_a_store_it_cannot_write_is_refused_before_it_joins(kafka, store):
+    config = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "g", "group.location": store.missing,
+              **{f"stateStorage.{k}": v for k, v in store.storage.items()}}
+    with pytest.raises(OptionError, match=f"option 'group.location': {store.missing}: {NO_SUCH_STORE}"):
+        DeltaShareConsumer(config)
+
+
+def test_an_s3_client_told_not_to_write_conditionally_is_refused_at_start(s3_server):  # noqa: F811
+    """``aws_conditional_put=disabled``: delta-rs could not commit at all; the location check says so first.
+
+    (A server that ignores conditional writes is another matter: tests/test_object_store_servers.py.)"""
+    location = s3_server.uri(s3_server.create_bucket(), "state")
+    with pytest.raises(OptionError, match=r"stateStorage.aws_conditional_put=disabled .* remove that option"):
+        check_location("stateLocation", location, s3_server.storage_options(aws_conditional_put="disabled"))

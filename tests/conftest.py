@@ -1,8 +1,10 @@
 """Shared fixtures: one SparkSession, and one Kafka peer of each kind, per test session.
 
-Every test that takes ``kafka`` runs once per peer: the embedded broker and Apache Kafka's own
-broker (started from jvm/target/kafka), unless SHAREGROUP_TEST_KAFKA (embedded, apache or both,
-the default) names one.
+A test that takes ``kafka`` runs on Apache Kafka's own broker (started from jvm/target/kafka): a
+behaviour counts as working when it holds there. Tests marked ``embedded`` run on the embedded
+broker too: they use its fault hooks, pin how it differs, or stand for ``make demo``, which runs
+on it. SHAREGROUP_TEST_KAFKA picks otherwise: ``both`` runs every test on both peers, ``embedded``
+or ``apache`` every test on that one (``standard``, the default, is the above).
 """
 
 from __future__ import annotations
@@ -25,21 +27,38 @@ from sharegroup_source.testing.kafka_peers import (
 PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
 
 
+def _peers_setting() -> str:
+    value = os.environ.get(PEERS_ENV, "standard").strip().lower()
+    if value not in (*PEERS, "both", "standard"):
+        raise ValueError(f"{PEERS_ENV}={value!r}: expected standard, both, embedded or apache")
+    return value
+
+
 def selected_peers() -> list[str]:
-    """The peers this run tests against, from ``SHAREGROUP_TEST_KAFKA`` (default: both)."""
-    value = os.environ.get(PEERS_ENV, "both").strip().lower()
-    if value == "both":
-        return list(PEERS)
-    if value not in PEERS:
-        raise ValueError(f"{PEERS_ENV}={value!r}: expected embedded, apache or both")
-    return [value]
+    """The peers ``kafka`` is parametrized with, from ``SHAREGROUP_TEST_KAFKA`` (``standard`` and ``both``: the two;
+    under ``standard`` only tests marked ``embedded`` keep their embedded variant)."""
+    value = _peers_setting()
+    return list(PEERS) if value in ("both", "standard") else [value]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under ``standard``, deselect the embedded variant of tests not marked ``embedded``."""
+    if _peers_setting() != "standard":
+        return
+    dropped = [item for item in items if getattr(item, "callspec", None) is not None
+               and item.callspec.params.get("kafka") == "embedded" and item.get_closest_marker("embedded") is None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in set(dropped)]
 
 
 def pytest_report_header(config) -> str:
     external = os.environ.get(BOOTSTRAP_ENV)
     apache = f"the cluster at {external}" if external else "Apache Kafka's broker started by the suite"
     names = {"embedded": "embedded broker (librdkafka mock cluster)", "apache": apache}
-    return "kafka peers: " + "; ".join(names[peer] for peer in selected_peers())
+    peers = "; ".join(names[peer] for peer in selected_peers())
+    standard = " (embedded: tests marked embedded only)" if _peers_setting() == "standard" else ""
+    return f"kafka peers: {peers}{standard}"
 
 
 @pytest.fixture(scope="session", params=selected_peers())

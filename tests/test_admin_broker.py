@@ -197,6 +197,7 @@ def test_delete_offsets_then_delete_the_group_dry_run_first(kafka, capsys):
     assert "GROUP_ID_NOT_FOUND" in gone.error, gone
 
 
+@pytest.mark.embedded
 def test_a_cluster_without_the_share_group_admin_api_is_one_line(kafka, capsys):
     kafka.require_embedded("librdkafka's embedded broker answers no share-group admin request")
     started = time.monotonic()

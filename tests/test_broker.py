@@ -15,6 +15,8 @@ from sharegroup_source.metadata import partition_counts
 from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
+pytestmark = pytest.mark.embedded  # the peers themselves: both run every test here
+
 CLI = [sys.executable, "-m", "sharegroup_source.cli", "broker"]
 
 

@@ -75,6 +75,7 @@ def _dead_letters(setup: StreamSetup) -> dict[tuple[int, bytes], tuple[str, int]
     return {(r["partition"], r["value"]): (r["reason"], r["delivery_count"]) for r in rows}
 
 
+@pytest.mark.embedded
 def test_every_record_exactly_once_with_no_share_group_api(spark, kafka, tmp_path):
     """Only Metadata, ListOffsets and Fetch: on the embedded broker every share-group request fails."""
     if kafka.is_embedded:

@@ -16,6 +16,7 @@ RECORDS = 20
 PARTITIONS = 2
 
 
+@pytest.mark.embedded
 @pytest.mark.parametrize("coordinator", ["broker", "delta"])
 def test_a_new_query_at_the_log_end_says_once_why_nothing_comes(kafka, tmp_path, caplog, coordinator):
     if coordinator == "broker" and kafka.is_embedded:

@@ -25,6 +25,8 @@ from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
+pytestmark = pytest.mark.embedded  # the peers themselves: both run every test here
+
 #: Kafka's heartbeat interval for share groups and the mock's (both 5 s by default).
 HEARTBEAT_S = 5.0
 

@@ -58,6 +58,7 @@ def test_replay_returns_records_of_an_open_transaction(kafka: KafkaUnderTest, op
     assert table["offset"] == offsets and table["value"] == RECORDS
 
 
+@pytest.mark.embedded
 @pytest.mark.timeout(90)
 def test_replay_honours_a_user_set_isolation_level(kafka: KafkaUnderTest, open_transaction):
     """kafka.isolation.level=read_committed (a group set to share.isolation.level=read_committed)

@@ -95,6 +95,7 @@ def test_delivery_attempt_limit_archives(kafka: KafkaUnderTest):
     assert _keys(third) == [(0, 3, 1)], "records past the delivery limit must be archived"
 
 
+@pytest.mark.embedded
 def test_injected_acknowledge_error_is_reported_for_its_partition(kafka: KafkaUnderTest):
     broker = kafka.require_embedded("fault injection")
     topic, group = kafka.new_topic(2), kafka.new_group()
@@ -212,6 +213,7 @@ def test_unreachable_bootstrap_fails_within_the_timeout():
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.embedded
 def test_a_broker_without_share_groups_is_named(kafka: KafkaUnderTest):
     if kafka.apache is not None:
         # Kafka's own answer: a second broker whose storage was formatted with share.version=0

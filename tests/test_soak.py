@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timing, pytest.ma
 SHORT_SOAK = SoakSettings(fault_seconds=45, drain_timeout_s=60, seed=20260, gap_s=(1.5, 3.0))
 
 
+@pytest.mark.embedded
 def test_soak_loses_and_duplicates_nothing_under_random_faults(spark, kafka, tmp_path):
     report = run_soak(spark, kafka, tmp_path, SHORT_SOAK)
     print(report.table())

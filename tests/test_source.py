@@ -41,6 +41,7 @@ def _assert_exactly_once(rows, produced) -> None:
     assert counts.keys() == produced
 
 
+@pytest.mark.embedded
 def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=3)
     produced = kafka.produce_numbered(setup.topic, 5000, 3)
@@ -190,6 +191,7 @@ def test_query_and_independent_member_share_the_group(spark, kafka, tmp_path):
         assert failures > 0, f"{len(both)} records reached both members without any failed acknowledgement"
 
 
+@pytest.mark.embedded
 @pytest.mark.timing
 def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_path):
     broker = kafka.require_embedded("fault injection")
@@ -305,6 +307,7 @@ def _push_first_records_out_of_the_log(kafka: KafkaUnderTest, topic: str) -> lis
     return later
 
 
+@pytest.mark.embedded
 def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=1)
     kafka.produce(setup.topic, [(0, None, f"small-{i}".encode()) for i in range(5)])

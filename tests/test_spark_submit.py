@@ -48,6 +48,7 @@ def test_spark_defaults_leave_the_master_to_the_submitter() -> None:
     assert "spark.master" not in settings
 
 
+@pytest.mark.embedded
 @pytest.mark.timeout(600)
 def test_spark_submit_with_a_packed_venv(kafka: KafkaUnderTest, wheel: Path, tmp_path: Path) -> None:  # noqa: F811
     kafka.require_embedded("one recipe run is enough; the job is the same on any broker")

@@ -56,6 +56,7 @@ def test_a_cluster_that_stays_away_is_one_error_after_the_bound():
     print(f"gave up after {time.monotonic() - started:.1f} s")
 
 
+@pytest.mark.embedded
 def test_a_member_joining_during_an_election_waits_for_the_topics_metadata(kafka):
     """A Metadata request answered with LEADER_NOT_AVAILABLE (a leader being elected) is asked again: the
     partition counts come back, not 'cannot reach Kafka'; a wrong address still fails at once."""

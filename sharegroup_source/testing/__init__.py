@@ -10,4 +10,6 @@ The suite, ``bench/``, ``soak/``, ``examples/demo.py`` and the ``sharegroup`` co
 - :mod:`.spark`: a local SparkSession with Delta and Spark's Kafka source.
 - :mod:`.workers`: the driver-side Python workers of streaming sources, to kill or measure.
 - :mod:`.serve`: a broker served in the foreground (``sharegroup broker``, ``sharegroup kafka``).
+- :mod:`.secured_kafka`: Apache Kafka with SASL_SSL, a CA made at start, and ACLs.
+- :mod:`.s3_server`, :mod:`.azurite`: object stores on loopback (moto's S3, Azure's emulator) for state on them.
 """

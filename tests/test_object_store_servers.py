@@ -17,7 +17,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from sharegroup_source.testing.azurite import Azurite
-from sharegroup_source.testing.s3_server import CommitCounts, S3Server
+from sharegroup_source.testing.s3_server import S3Server
+from sharegroup_source.testing.store_server import CommitCounts
 from state_store.storage_errors import ACCESS_DENIED, UNREACHABLE, storage_problem
 from tests.object_stores import azurite, s3_server  # noqa: F401
 

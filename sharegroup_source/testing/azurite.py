@@ -39,15 +39,13 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from azure.storage.blob import BlobServiceClient
 
 from sharegroup_source.testing.apache_kafka import _free_port, _orphan_guard
-from sharegroup_source.testing.s3_server import CommitCounts
+from sharegroup_source.testing.store_server import CommitCounts, StoreServer
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AZURITE_ENV", "Azurite", "AzuriteError", "AzuriteMissing"]
 
@@ -85,7 +83,7 @@ def azurite_blob() -> Path:
     return path
 
 
-class Azurite:
+class Azurite(StoreServer):
     """Azurite's Blob service on ``127.0.0.1`` and a free port, its data in a temporary folder (module doc).
 
     The process dies with the thread that started it (``setpriv --pdeathsig``): start it, and bring it
@@ -177,15 +175,6 @@ class Azurite:
             raise AzuriteError(f"Azurite did not close within {timeout_s:.0f}s of SIGTERM, killed: "
                                f"its latest writes may be lost; see {self.log_path}")
 
-    @contextmanager
-    def outage(self) -> Iterator[None]:
-        """``with azure.outage():`` the store is down inside the block and up again after it."""
-        self.down()
-        try:
-            yield
-        finally:
-            self.up()
-
     def stop(self) -> None:
         """SIGKILL (the data is not needed again) and delete the data; the log stays."""
         process, self._process = self._process, None
@@ -253,9 +242,3 @@ class Azurite:
                 if status is not None and commits.pop(request["id"], False) and status["code"] in ("201", "409"):
                     counts[status["code"] == "409"] += 1
         return CommitCounts(*counts)
-
-    def __enter__(self) -> Azurite:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -50,13 +50,15 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any
+
+from sharegroup_source.testing.store_server import CommitCounts, StoreServer
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
     from werkzeug.serving import ThreadedWSGIServer
 
-__all__ = ["CommitCounts", "S3Server", "S3ServerError"]
+__all__ = ["S3Server", "S3ServerError"]
 
 #: A Delta commit file, path-style (``/bucket/any/prefix/_delta_log/00000000000000000007.json``).
 _COMMIT_PATH = re.compile(r"^/(?P<bucket>[^/]+)/(?:.+/)?_delta_log/\d{20}\.json$")
@@ -64,13 +66,6 @@ _COMMIT_PATH = re.compile(r"^/(?P<bucket>[^/]+)/(?:.+/)?_delta_log/\d{20}\.json$
 
 class S3ServerError(RuntimeError):
     """The S3 stand-in could not do what a test asked (start, come back up, create a bucket)."""
-
-
-class CommitCounts(NamedTuple):
-    """Delta commit PUTs the server answered: ``commits`` stored, ``conflicts`` refused (412: the version existed)."""
-
-    commits: int
-    conflicts: int
 
 
 # --- the child process: moto behind the write lock --------------------------------------------------------------
@@ -211,7 +206,7 @@ def _serve(host: str, port: int) -> None:
 # --- the test process's side ------------------------------------------------------------------------------------
 
 
-class S3Server:
+class S3Server(StoreServer):
     """moto's S3 (and IAM) on ``host`` and a free port (or ``port``), in a child process, writes serialised.
 
     Credentials: the server makes an IAM user at start; :meth:`storage_options` gives its access key, which
@@ -312,15 +307,6 @@ class S3Server:
         self._command("up")
 
     @contextmanager
-    def outage(self) -> Iterator[None]:
-        """``with s3.outage():`` the store is down inside the block and up again after it."""
-        self.down()
-        try:
-            yield
-        finally:
-            self.up()
-
-    @contextmanager
     def commits_held(self) -> Iterator[None]:
         """Delta commit PUTs (``_delta_log/N.json``) wait inside the block and go on after it; all else is served.
 
@@ -414,12 +400,6 @@ class S3Server:
             yield
         finally:
             self.require_credentials(False)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

@@ -11,5 +11,6 @@ The suite, ``bench/``, ``soak/``, ``examples/demo.py`` and the ``sharegroup`` co
 - :mod:`.workers`: the driver-side Python workers of streaming sources, to kill or measure.
 - :mod:`.serve`: a broker served in the foreground (``sharegroup broker``, ``sharegroup kafka``).
 - :mod:`.secured_kafka`: Apache Kafka with SASL_SSL, a CA made at start, and ACLs.
-- :mod:`.s3_server`, :mod:`.azurite`: object stores on loopback (moto's S3, Azure's emulator) for state on them.
+- :mod:`.s3_server`, :mod:`.azurite`: object stores on loopback (moto's S3, Azure's emulator) for state on them, on
+  :mod:`.store_server`'s base (an outage as a block, the commits a store stored and refused).
 """

@@ -32,7 +32,7 @@ _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["group_start", "log_end_offsets", "log_offsets", "partition_counts"]
+__all__ = ["check_login", "group_start", "log_end_offsets", "log_offsets", "partition_counts"]
 
 
 def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0, needs: str = "",
@@ -77,6 +77,12 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
     return counts
 
 
+def check_login(config: Mapping[str, Any], timeout_s: float) -> None:
+    """Connects as ``config`` says: a refused login or TLS handshake raises the connector's error for it at once,
+    a cluster that does not answer within ``timeout_s`` a ClusterError; a login that works returns."""
+    _topics(config, config.get("bootstrap.servers", ""), timeout_s)
+
+
 def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
     """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout."""
     refusals = Refusals()
@@ -84,7 +90,8 @@ def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: st
     # allow.auto.create.topics: asked for by name, a missing topic would otherwise be created (an admin client is a
     # producer to librdkafka, whose default is true; the embedded broker creates it, as does a Kafka broker with
     # auto.create.topics.enable, its default)
-    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+    # librdkafka's least connection setup timeout is 1 s
+    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
                                       "allow.auto.create.topics": False, "error_cb": refusals}))
     deadline = time.monotonic() + timeout_s
     try:

@@ -16,6 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from sharegroup_source.admin import describe_groups, reset_offsets
+from sharegroup_source.errors import AuthenticationError
+from sharegroup_source.metadata import check_login
 from sharegroup_source.testing.apache_kafka import create_topic
 from sharegroup_source.testing.secured_kafka import SecuredKafka
 from tests.test_admin import _cli
@@ -81,3 +83,22 @@ def test_a_refused_login_is_said_at_once_by_the_admin_and_its_cli(secured_kafka,
     code, out, err = _cli(capsys, "describe", "--group", "orders", "--command-config", str(config))
     assert code == 1 and "refused the login of user 'alice'" in err, err
     assert "nope-Wrong-9" not in out + err and "nope-Wrong-9" not in described.error
+
+
+def test_librdkafka_reads_the_refusal_kafka_python_may_drop(secured_kafka):
+    """What the admin asks when its kafka-python bootstrap failed for no reason it saw.
+
+    Kafka closes a refused login's connection right after its answer, and kafka-python's transport drops bytes
+    read together with the close: on a busy machine the admin's bootstrap may see only "socket disconnected".
+    librdkafka reads the answer; ``check_login`` says it as the connector's error, and lets a good login pass.
+    """
+    secured = secured_kafka
+    started = time.monotonic()
+    with pytest.raises(AuthenticationError) as refused:
+        check_login(secured.client_config("alice", password="nope-Wrong-9"), timeout_s=10)
+    assert time.monotonic() - started < 10
+    assert str(refused.value).startswith(
+        f"Kafka at bootstrap.servers={secured.bootstrap_servers} refused the login of user 'alice' with SASL "
+        "mechanism SCRAM-SHA-512"), refused.value
+    assert "nope-Wrong-9" not in str(refused.value)
+    check_login(secured.client_config("alice"), timeout_s=10)

@@ -18,6 +18,7 @@ group's; a retriable one (coordinator moving or loading) is retried within the t
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -51,8 +52,9 @@ from sharegroup_source.admin.share_requests import (
     parse_describe,
     parse_offsets,
 )
-from sharegroup_source.errors import ClusterError, OptionError
+from sharegroup_source.errors import AuthenticationError, ClusterError, OptionError, TlsError
 from sharegroup_source.kafka_errors import refusal
+from sharegroup_source.metadata import check_login
 
 __all__ = ["NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
 
@@ -67,6 +69,8 @@ _IN_FLIGHT = 5
 _ATTEMPT_S = 4.0
 #: How long one bootstrap attempt may take (a server that accepts connections and never answers: a frozen one).
 _BOOTSTRAP_ATTEMPT_S = 3.0
+#: Connections that log in or shake hands (``security.protocol``), whose refusal kafka-python may not read
+_SECURED = re.compile(r"SASL|SSL", re.IGNORECASE)
 
 
 def kafka_python_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,9 +150,19 @@ class ShareGroupProtocol:
                                             bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
                 except errors.KafkaError as error:
                     failure = Failed.raised(error)
+                except _Refused:
+                    pass  # watcher.refused says what
                 if watcher.refused is not None:  # a refused login or TLS handshake: asking again changes nothing
                     code, words = watcher.refused
                     raise refusal(KafkaError(code, words), self._config) or ClusterError(words)
+                if _SECURED.search(str(self._config.get("security.protocol", ""))):
+                    # kafka-python may never see a refusal (see _BootstrapTrouble): librdkafka does, and says it now
+                    try:
+                        check_login(self._config, max(1.0, min(_BOOTSTRAP_ATTEMPT_S, deadline - time.monotonic())))
+                    except (AuthenticationError, TlsError):
+                        raise
+                    except ClusterError:
+                        pass  # no broker answered it either: ask again until the deadline
                 if watcher.undecodable:
                     raise ClusterError(f"{NO_SHARE_GROUP_ADMIN} at bootstrap.servers={self._servers}: it does not "
                                        "answer ApiVersions v3+, which every Kafka with share groups does (share "
@@ -397,12 +411,26 @@ _REFUSED_LOGINS = (errors.SaslAuthenticationFailedError, errors.UnsupportedSaslM
                    errors.IllegalSaslStateError)
 
 
+class _Refused(Exception):
+    """Ends kafka-python's bootstrap at a refused login or TLS handshake (see :class:`_BootstrapTrouble`)."""
+
+
 class _BootstrapTrouble(logging.Handler):
     """What kafka-python logged about bootstrap connections that failed, its only report of why (the bootstrap itself
     just times out): an answer it could not decode, or a refused login or TLS handshake (librdkafka's code for it,
-    and the words)."""
+    and the words).
+
+    kafka-python's bootstrap retries a refused login until its timeout. Asking again changes nothing, so once its
+    bootstrap loop reports a refusal, this handler raises :class:`_Refused` out of that loop's log call: the loop
+    has closed the connection by then, and the bootstrap ends in under a second instead of an attempt. It may also
+    never report one: Kafka closes the connection right after its refusal, and kafka-python's transport drops bytes
+    read together with the close (the refusal among them), more often the busier the machine. So an attempt that
+    failed for no reason it saw is asked of librdkafka, which reads the refusal (:meth:`ShareGroupProtocol._bootstrap`).
+    """
 
     _LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.net.transport")
+    #: kafka-python's bootstrap loop's message for a failed connection (kafka/net/manager.py), after its cleanup
+    _BOOTSTRAP_FAILED = "Bootstrap connection to"
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -416,6 +444,8 @@ class _BootstrapTrouble(logging.Handler):
                 self.refused = (KafkaError._AUTHENTICATION, str(arg))
             elif self.refused is None and isinstance(arg, errors.KafkaConnectionError) and "[SSL" in str(arg):
                 self.refused = (KafkaError._SSL, str(arg))
+        if self.refused is not None and str(record.msg).startswith(self._BOOTSTRAP_FAILED):
+            raise _Refused(self.refused[1])
 
     @contextmanager
     def watching(self) -> Iterator[None]:

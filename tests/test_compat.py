@@ -30,7 +30,10 @@ from tests.test_source import _assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
-COORDINATORS = ["broker", "delta"]
+#: What a slice tests per Spark (admission, batch bounds, commits, restarts from the checkpoint) is the driver's,
+#: which both coordinators share: the slices of the other Spark minors run the default coordinator, the primary
+#: Spark (make test's own run) both.
+COORDINATORS = ["broker", pytest.param("delta", marks=pytest.mark.primary_spark)]
 
 
 @pytest.fixture(autouse=True, scope="module")

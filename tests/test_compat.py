@@ -43,11 +43,10 @@ def _say_which_spark():
     print(f"\nSpark {pyspark.__version__}: {reader}")
 
 
-def _setup(kafka: KafkaUnderTest, tmp_path: Path, coordinator: str, partitions: int,
-           lock_duration_ms: int | None = None) -> StreamSetup:
+def _setup(kafka: KafkaUnderTest, tmp_path: Path, coordinator: str, partitions: int) -> StreamSetup:
     if coordinator == "delta":
         return DeltaSetup(kafka, kafka.new_topic(partitions), f"g-{tmp_path.name[-20:]}", tmp_path)
-    return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(lock_duration_ms=lock_duration_ms), tmp_path)
+    return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(), tmp_path)
 
 
 def _left_in_group(setup: StreamSetup) -> list:
@@ -69,8 +68,7 @@ def _run_until_complete(spark, setup: StreamSetup, count: int, query) -> None:
 @pytest.mark.timing
 @pytest.mark.parametrize("coordinator", COORDINATORS)
 def test_exactly_once_across_a_failed_batch_and_a_restart(spark, kafka, tmp_path, coordinator):
-    # the failed run's records come back to the group when their locks expire: 5 s, not the default 30 s
-    setup = _setup(kafka, tmp_path, coordinator, partitions=2, lock_duration_ms=5000)
+    setup = _setup(kafka, tmp_path, coordinator, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 600, 2)
     failed_once = threading.Event()
 

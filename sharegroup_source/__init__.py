@@ -24,6 +24,7 @@ from sharegroup_source.errors import (
     ClusterError,
     DataLossError,
     FencedError,
+    GroupConfigError,
     OptionError,
     OutcomeError,
     StateMismatchError,
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
     from sharegroup_source.coordinators.delta import DeltaShareConsumer
 
 __all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "DeltaShareConsumer",
-           "FencedError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError", "StateStoreError",
-           "TlsError", "acknowledge", "check_spark", "register"]
+           "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
+           "StateStoreError", "TlsError", "acknowledge", "check_spark", "register"]
 
 #: The first Spark whose Python data sources can stream (``DataSourceStreamReader``).
 MIN_SPARK = (4, 0)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from sharegroup_source.acks import Ack, AckRun, AckType, record_keys, runs_of
 from sharegroup_source.coordinators import Coordinator, Failures
 from sharegroup_source.coordinators.base import Outcome, Settled
+from sharegroup_source.group_configs import group_config_command
 from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
 
@@ -34,15 +35,17 @@ class Acknowledger:
     """Turns committed epochs and recorded decisions into acknowledgements, and counts what took."""
 
     def __init__(self, coordinator: Coordinator, store: StateStore, group_id: str, counters: SourceCounters,
-                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table]):
+                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table], bootstrap_servers: str = "B"):
         """``lock_duration_ms`` None: locks are renewed, so a slow batch earns no warning. ``read_back``
-        reads the records at some positions from the log, for dead letters of records the driver never held."""
+        reads the records at some positions from the log, for dead letters of records the driver never held.
+        ``bootstrap_servers``: the cluster, for the command a lock warning gives."""
         self._coordinator = coordinator
         self._store = store
         self._group_id = group_id
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
         self._read_back = read_back
+        self._bootstrap_servers = bootstrap_servers
 
     def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> Settlement:
         """Acknowledge committed epochs this run holds; ``outcome`` tells what took, once the coordinator
@@ -139,10 +142,19 @@ class Acknowledger:
         previous = self._counters.min_lock_headroom_ms
         self._counters.min_lock_headroom_ms = headroom if previous is None else min(previous, headroom)
         if used_ms > LOCK_WARNING_SHARE * self._lock_duration_ms:
-            log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement; lower "
-                        "maxRecordsPerTrigger, raise the group's share.record.lock.duration.ms, or set the source "
-                        "option checkpointLocation so that acknowledgements do not wait for the next trigger",
-                        entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000)
+            raised = _raised_lock_ms(used_ms, self._lock_duration_ms)
+            log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement, and records whose "
+                        "lock runs out go to another member; raise the group's share.record.lock.duration.ms (the "
+                        "source option groupConfig.share.record.lock.duration.ms=%d, or %s), lower "
+                        "maxRecordsPerTrigger, or set the source option checkpointLocation so that acknowledgements "
+                        "do not wait for the next trigger", entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000,
+                        raised, group_config_command(self._group_id, "share.record.lock.duration.ms", raised,
+                                                     self._bootstrap_servers))
+
+
+def _raised_lock_ms(used_ms: float, lock_ms: int) -> int:
+    """A lock duration with room for a batch that used ``used_ms``: twice that, in whole 10 s."""
+    return int(-(-max(2 * used_ms, lock_ms + 10_000) // 10_000) * 10_000)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError", "OptionError",
-           "OutcomeError", "StateMismatchError", "StateStoreError", "TlsError"]
+__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError",
+           "GroupConfigError", "OptionError", "OutcomeError", "StateMismatchError", "StateStoreError", "TlsError"]
 
 
 class OptionError(ValueError):
@@ -43,3 +43,8 @@ class DataLossError(RuntimeError):
 
 class OutcomeError(ValueError):
     """An outcome that cannot be recorded; nothing was recorded."""
+
+
+class GroupConfigError(ValueError):
+    """Kafka refused a share group's config: the message names each setting and the broker's reason. Nothing
+    was changed."""

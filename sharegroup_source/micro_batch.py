@@ -99,7 +99,8 @@ class MicroBatchDriver:
         self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
         lock_duration_ms = self._coordinator.lock_duration_ms
         self._acks = Acknowledger(self._coordinator, self.store, self._group_id, self.counters, lock_duration_ms,
-                                  functools.partial(read_back, client_config=options.replay_config))
+                                  functools.partial(read_back, client_config=options.replay_config),
+                                  options.bootstrap_servers)
         self._backlog = Backlog(lock_duration_ms)
         self._available_now: dict[tuple[str, int], int] | None = None
         # an AvailableNow run saw a record past its target: polling again would re-acquire the
@@ -485,8 +486,9 @@ class MicroBatchDriver:
                    else "share.auto.offset.reset (latest unless the group sets it; the cluster did not say)")
         log.warning("group %s acquired nothing for this new query, though %s hold %s records: a share group "
                     "starting at the log end (%s) gets only records produced after it first fetched, and records "
-                    "delivered to the group before are not delivered again. To read what the topics hold, give a new "
-                    "group share.auto.offset.reset=earliest before its first fetch (README: Starting position)",
+                    "delivered to the group before are not delivered again. To read what the topics hold, start a new "
+                    "group with the source option startingOffsets=earliest (it sets share.auto.offset.reset=earliest "
+                    "before the group's first fetch), or move this one with sharegroup reset-offsets",
                     self._group_id, ", ".join(sorted(self._coordinator.partitions)), f"{held:,}", setting)
 
     def _publish_counters(self, left: bool = False, at_once: bool = False) -> None:

@@ -15,30 +15,39 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, share_consumer_config
 from sharegroup_source.errors import OptionError
+from sharegroup_source.group_configs import (
+    DELTA_GROUP_CONFIGS,
+    GROUP_CONFIG_PREFIX,
+    SHARE_GROUP_CONFIGS,
+    check_config_key,
+)
 from sharegroup_source.kafka_clients import refuse_java_settings
 from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
 from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
 
-__all__ = ["SourceOptions", "StateOptions"]
+__all__ = ["STARTING_OFFSETS", "SourceOptions", "StateOptions"]
 
 COORDINATORS = ("broker", "delta")
-#: The Delta coordinator's group settings (KIP-932's group configs, kept in the group's own state;
-#: the last is latest or earliest, the others positive integers). With the broker coordinator the broker owns them.
-GROUP_SETTINGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
-                  "share.partition.max.record.locks", "share.auto.offset.reset")
-_AUTO_OFFSET_RESETS = ("latest", "earliest")
+#: Where a new share group starts: Spark's Kafka source's option and values.
+STARTING_OFFSETS = ("earliest", "latest")
+#: The Delta coordinator's group settings as they were spelt before ``groupConfig.*``: still taken with
+#: coordinator=delta (a query started by an earlier release keeps its options), refused with the new name otherwise.
+_LEGACY_GROUP_SETTINGS = DELTA_GROUP_CONFIGS
+#: The Delta group's settings that are positive integers (the fourth, share.auto.offset.reset, is a word).
+_INTEGER_SETTINGS = DELTA_GROUP_CONFIGS[:3]
 #: Options the Delta coordinator has no use for, and what to use instead.
 _NOT_WITH_DELTA = {
-    "lockdurationms": "the group's lock duration is the option share.record.lock.duration.ms",
+    "lockdurationms": "the group's lock duration is the option groupConfig.share.record.lock.duration.ms",
     "maxbytespertrigger": "executors read the records, so the driver does not see their size; "
                           "use maxRecordsPerTrigger",
 }
 _KAFKA_PREFIX = "kafka."
-_DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "maxRecordsPerTrigger",
-               "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition", "includeHeaders",
-               "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator", "pollTimeoutMs",
-               "lockDurationMs", "checkpointLocation", "groupLocation", *GROUP_SETTINGS, "kafka.*", "stateStorage.*")
+_DOCUMENTED = ("kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation", "startingOffsets",
+               "maxRecordsPerTrigger", "maxRecordsPerPartition", "maxBytesPerTrigger", "maxBytesPerPartition",
+               "includeHeaders", "maxDeliveries", "deadLetterLocation", "failOnDataLoss", "coordinator",
+               "pollTimeoutMs", "lockDurationMs", "checkpointLocation", "groupLocation", "kafka.*",
+               f"{GROUP_CONFIG_PREFIX}*", "stateStorage.*")
 _KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
@@ -100,8 +109,11 @@ class SourceOptions:
     checkpoint_location: str | None = None
     #: coordinator=delta: the group's Delta state, shared by every member of the group
     group_location: str | None = None
-    #: coordinator=delta: the group settings this member set (GROUP_SETTINGS), checked against the group's
-    group_settings: Mapping[str, int | str] = field(default_factory=dict)
+    #: the share group's configs the query sets at start where the group's differ (``groupConfig.*``, values as
+    #: Kafka takes them); with coordinator=delta the Delta group's settings (DELTA_GROUP_CONFIGS)
+    group_configs: Mapping[str, str] = field(default_factory=dict)
+    #: ``startingOffsets``: where a group that never fetched starts (None: as the group is configured)
+    starting_offsets: str | None = None
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: delta-rs storage options for stateLocation and deadLetterLocation (``stateStorage.*``)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -116,11 +128,7 @@ class SourceOptions:
             if key.lower() in _RESERVED_KAFKA:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
         refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
-        unknown = sorted(key for key in options if not key.lower().startswith((_KAFKA_PREFIX, STORAGE_PREFIX))
-                         and key.lower() not in _KNOWN)
-        if unknown:
-            raise OptionError(f"unknown option(s) {', '.join(map(repr, unknown))}; "
-                              f"sharegroup options: {', '.join(sorted(_DOCUMENTED))}")
+        _refuse_unknown(options)
 
         bootstrap = _required(lowered, "kafka.bootstrap.servers")
         state = StateOptions.parse(options)
@@ -130,7 +138,9 @@ class SourceOptions:
         coordinator = lowered.get("coordinator", "broker").strip().lower()
         if coordinator not in COORDINATORS:
             raise OptionError(f"option 'coordinator' must be one of {COORDINATORS}, got {coordinator!r}")
-        group_location, group_settings = _coordinator_options(coordinator, lowered, kafka)
+        group_location = _coordinator_options(coordinator, lowered, kafka)
+        group_configs = _group_configs(options, coordinator)
+        starting_offsets = _starting_offsets(lowered, group_configs)
         parsed = cls(
             bootstrap_servers=bootstrap,
             group_id=state.group_id,
@@ -149,7 +159,8 @@ class SourceOptions:
             lock_duration_ms=_positive(lowered, "lockDurationMs", 30_000),
             checkpoint_location=_optional_location(lowered, "checkpointLocation"),
             group_location=group_location,
-            group_settings=group_settings,
+            group_configs=group_configs,
+            starting_offsets=starting_offsets,
             kafka=kafka,
             storage_options=state.storage_options,
         )
@@ -200,40 +211,101 @@ class SourceOptions:
                 f"{dead_letters}{storage}coordinator={self.coordinator}, {group}kafka={shown})")
 
 
-def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Mapping[str, str],
-                         ) -> tuple[str | None, dict[str, int | str]]:
-    """``groupLocation`` and the group settings: the Delta coordinator's, refused with the broker's,
-    whose group configs live on the broker (``kafka-configs --entity-type groups``)."""
-    given = [name for name in ("groupLocation", *GROUP_SETTINGS) if options.get(name.lower()) is not None]
+def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Mapping[str, str]) -> str | None:
+    """``groupLocation``: the Delta coordinator's, refused with the broker's."""
     if coordinator == "broker":
-        if given:
-            raise OptionError(f"option(s) {', '.join(map(repr, given))} belong to coordinator=delta; with "
-                              "coordinator=broker the share group's settings are broker-side group configs "
-                              "(group.share.record.lock.duration.ms, ...), set with kafka-configs")
-        return None, {}
+        if options.get("grouplocation") is not None:
+            raise OptionError("option 'groupLocation' belongs to coordinator=delta: with coordinator=broker the share "
+                              "group lives on the Kafka broker")
+        return None
     for name, instead in _NOT_WITH_DELTA.items():
         if options.get(name) is not None:
             shown = next(o for o in _DOCUMENTED if o.lower() == name)
             raise OptionError(f"option '{shown}' does not apply with coordinator=delta: {instead}")
     if any(key.lower() == "auto.offset.reset" for key in kafka):
         raise OptionError("option 'kafka.auto.offset.reset' does not apply with coordinator=delta: where a new "
-                          "share group starts is the group setting share.auto.offset.reset (latest or earliest)")
+                          "share group starts is the option startingOffsets (latest or earliest)")
     location = _optional_delta_location(options, "groupLocation")
     if location is None:
         raise OptionError("option 'groupLocation' is required with option 'coordinator'='delta': the path or URI "
                           "of the share group's Delta state, the same for every member of the group")
-    settings: dict[str, int | str] = {}
-    for name in GROUP_SETTINGS[:3]:
-        value = _positive(options, name, None)
-        if value is not None:
-            settings[name] = value
-    reset = options.get("share.auto.offset.reset")
-    if reset is not None:
-        text = str(reset).strip().lower()
-        if text not in _AUTO_OFFSET_RESETS:
-            raise OptionError(f"option 'share.auto.offset.reset' must be latest or earliest, got {reset!r}")
-        settings["share.auto.offset.reset"] = text
-    return location, settings
+    return location
+
+
+def _group_configs(options: Mapping[str, Any], coordinator: str) -> dict[str, str]:
+    """The ``groupConfig.<key>`` options, by key: a share group's configs, which Kafka checks against its bounds when
+    the query sets them; a Delta group has four, checked here. The Delta settings' old spelling (no prefix) is
+    taken with coordinator=delta. A blank value is unset (``sharegroup configure --delete`` unsets a config)."""
+    configs: dict[str, str] = {}
+    for name, value in options.items():
+        lowered = name.lower()
+        if lowered in _LEGACY_GROUP_SETTINGS:
+            if coordinator == "broker":
+                raise OptionError(f"option '{name}' is now spelt '{GROUP_CONFIG_PREFIX}{lowered}': the share group's "
+                                  "configs are set with the groupConfig.* options")
+            key, shown = lowered, name
+        elif lowered.startswith(GROUP_CONFIG_PREFIX.lower()):
+            shown = name
+            keys = DELTA_GROUP_CONFIGS if coordinator == "delta" else SHARE_GROUP_CONFIGS
+            try:
+                key = check_config_key(name[len(GROUP_CONFIG_PREFIX):], f"option '{name}'", keys)
+            except OptionError as error:
+                if coordinator == "delta" and name[len(GROUP_CONFIG_PREFIX):].lower() in SHARE_GROUP_CONFIGS:
+                    raise OptionError(f"option '{name}' does not apply with coordinator=delta: a Delta group's "
+                                      f"settings are {', '.join(DELTA_GROUP_CONFIGS)}") from None
+                raise error from None
+        else:
+            continue
+        if not str(value).strip():  # blank means unset, as for every option
+            continue
+        text = _group_config_value(shown, key, value, coordinator)
+        if configs.get(key, text) != text:
+            raise OptionError(f"option '{shown}' sets {key} a second time, to another value")
+        configs[key] = text
+    return configs
+
+
+def _group_config_value(name: str, key: str, value: Any, coordinator: str) -> str:
+    """A config's value as Kafka takes it; the Delta group's (and the start, for either) checked here."""
+    text = str(value).strip()
+    if key == "share.auto.offset.reset" and coordinator == "delta":
+        text = text.lower()
+        if text not in STARTING_OFFSETS:
+            raise OptionError(f"option '{name}' must be latest or earliest, got {value!r}")
+    elif key in _INTEGER_SETTINGS:
+        text = str(_positive({key: value}, key, 0, label=name))
+    return text
+
+
+def _starting_offsets(options: Mapping[str, Any], configs: Mapping[str, str]) -> str | None:
+    """``startingOffsets``: earliest or latest (Spark's Kafka source's values), for a group that never fetched."""
+    raw = options.get("startingoffsets")
+    if raw is None or str(raw).strip() == "":
+        return None
+    text = str(raw).strip().lower()
+    if text not in STARTING_OFFSETS:
+        raise OptionError(f"option 'startingOffsets' must be earliest or latest, got {raw!r} (a share group keeps "
+                          "one start for all its partitions; per-partition offsets are `sharegroup reset-offsets`)")
+    if "share.auto.offset.reset" in configs:
+        raise OptionError("options 'startingOffsets' and 'groupConfig.share.auto.offset.reset' both set where the "
+                          "group starts: keep one (startingOffsets changes only a group that never fetched)")
+    return text
+
+
+def _refuse_unknown(options: Mapping[str, Any]) -> None:
+    """An option the source does not know, named as the user wrote it, with the closest known one."""
+    prefixes = (_KAFKA_PREFIX, STORAGE_PREFIX, GROUP_CONFIG_PREFIX.lower(), *_LEGACY_GROUP_SETTINGS)
+    unknown = sorted(key for key in options if not key.lower().startswith(prefixes) and key.lower() not in _KNOWN)
+    if not unknown:
+        return
+    import difflib
+
+    names = {name.lower(): name for name in _DOCUMENTED if not name.endswith(".*")}
+    said = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
+        said.append(f"{key!r}" + (f" (did you mean {names[close[0]]}?)" if close else ""))
+    raise OptionError(f"unknown option(s) {', '.join(said)}; sharegroup options: {', '.join(sorted(_DOCUMENTED))}")
 
 
 def _prefixed(options: Mapping[str, Any], prefix: str) -> dict[str, str]:
@@ -284,14 +356,17 @@ def _optional_delta_location(options: Mapping[str, Any], name: str) -> str | Non
 
 
 @overload
-def _positive(options: Mapping[str, Any], name: str, default: int, maximum: int = ...) -> int: ...
+def _positive(options: Mapping[str, Any], name: str, default: int, maximum: int = ..., label: str = ...) -> int: ...
 @overload
-def _positive(options: Mapping[str, Any], name: str, default: None, maximum: int = ...) -> int | None: ...
-def _positive(options: Mapping[str, Any], name: str, default: int | None, maximum: int = _INT32_MAX) -> int | None:
+def _positive(options: Mapping[str, Any], name: str, default: None, maximum: int = ...,
+              label: str = ...) -> int | None: ...
+def _positive(options: Mapping[str, Any], name: str, default: int | None, maximum: int = _INT32_MAX,
+              label: str = "") -> int | None:
+    """A positive integer option (``label``: the option as the user wrote it, if not ``name``)."""
     raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return default
-    refused = f"option '{name}' must be a positive integer up to {maximum}, got {raw!r}"
+    refused = f"option '{label or name}' must be a positive integer up to {maximum}, got {raw!r}"
     try:
         value = int(str(raw).strip())
     except ValueError:

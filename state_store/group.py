@@ -5,7 +5,9 @@ With ``coordinator=delta`` no broker keeps the share group, so its three parts l
 - ``settings``: one row, the group's lock duration, delivery-count limit, in-flight window and
   auto.offset.reset. KIP-932 makes these the group's, not a member's: members that obeyed
   different limits would archive, or hand out again, the same record differently. The first
-  member writes the row; every later member adopts it, and is refused if it asks for other values.
+  member writes the row; every later member adopts it. ``alter`` changes it (a query's
+  ``groupConfig.*`` options, ``sharegroup configure``), and live members adopt the new row at
+  their next heartbeat, as a broker's members follow an altered group config.
 - ``share_state``: the share-partition leader (see state_store.share_state).
 - ``members``: who is in the group (queries and plain workers), for describing the group and
   telling live members from gone ones. Append-only, the latest row per member wins, so a
@@ -157,6 +159,40 @@ class GroupStore:
                                   "is created by its first member (coordinator=delta with this groupLocation)")
         row = _first(rows)
         return cls(root, row["group_id"], _settings_of(row), settings_table, storage_options)
+
+    def alter(self, changes: Mapping[str, int | str]) -> dict[str, tuple[int | str, int | str]]:
+        """Set the settings named in ``changes`` (by option name, ``share.record.lock.duration.ms``...) in one
+        compare-and-swap commit; returns option -> (old, new) for those that changed, and adopts them. A
+        ValueError names an unknown option or a value out of range; nothing is written then."""
+        asked = _requested_fields(changes)
+        changed: dict[str, tuple[int | str, int | str]] = {}
+
+        def plan(snapshot: Snapshot) -> Write | None:
+            row = _first(snapshot.rows())
+            current = _settings_of(row)
+            new = replace(current, **asked)
+            changed.clear()
+            changed.update({option: (getattr(current, name), getattr(new, name)) for option, name in
+                            SETTING_OPTIONS.items() if getattr(current, name) != getattr(new, name)})
+            if not changed:
+                return None
+            updated = pa.Table.from_pylist([{**row, **asdict(new)}], schema=SETTINGS_SCHEMA)
+            return Write(updated, mode="overwrite")
+
+        self._settings.commit(plan)
+        self.refresh_settings()
+        return dict(changed)
+
+    def refresh_settings(self) -> GroupSettings | None:
+        """Adopt the group's settings row as it is now (another member or an admin may have altered it); returns
+        the new settings when they changed, else None."""
+        rows = self._settings.snapshot().rows()
+        latest = _settings_of(_first(rows)) if rows else self.settings
+        if latest == self.settings:
+            return None
+        self.settings = latest
+        self.share_state.config = latest.share_config
+        return latest
 
     def for_another_thread(self) -> GroupStore:
         """The same group on table instances of its own: an instance is one thread's."""

@@ -25,6 +25,8 @@ from sharegroup_source.testing.kafka_peers import (
 )
 
 PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
+#: The previous Apache Kafka release (jvm/pom.xml's kafka.previous.version), for the fixture ``previous_kafka``.
+PREVIOUS_KAFKA = "4.3.1"
 
 
 def _peers_setting() -> str:
@@ -78,6 +80,26 @@ def kafka_cluster() -> Iterator[KafkaUnderTest]:
         print(f"\nthree-broker Apache Kafka started in {under_test.cluster.start_seconds:.1f} s")
         yield under_test
         consumer_pool().close()
+
+
+@pytest.fixture(scope="session")
+def previous_kafka() -> Iterator[KafkaUnderTest]:
+    """The previous Apache Kafka release jvm/pom.xml names (jvm/target/kafka-<version>), started once per session
+    beside the default one, for behaviour that differs between the two (group configs Kafka 4.4 added)."""
+    from sharegroup_source.testing.apache_kafka import ApacheKafka
+    from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
+
+    version = PREVIOUS_KAFKA
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(KAFKA_VERSION_ENV, version)
+        assert kafka_version() == version, f"jvm/target holds no Apache Kafka {version}: run make jars"
+        apache = ApacheKafka().start()
+    try:
+        with KafkaUnderTest(None, apache.bootstrap_servers, apache) as under_test:
+            yield under_test
+            consumer_pool().close()
+    finally:
+        apache.cleanup()
 
 
 @pytest.fixture(scope="session")

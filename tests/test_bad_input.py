@@ -194,6 +194,10 @@ def _anything(_value: str) -> bool:
     return True
 
 
+def _starting_offsets(value: str) -> bool:
+    return not value.strip() or value.strip().lower() in ("earliest", "latest")
+
+
 #: Every documented option (README "Options") with its validity rule.
 DOCUMENTED: dict[str, Verdict] = {
     "kafka.bootstrap.servers": _text, "kafka.group.id": _group_id, "subscribe": _topics, "stateLocation": _text,
@@ -204,6 +208,8 @@ DOCUMENTED: dict[str, Verdict] = {
     "checkpointLocation": _blank_is_unset, "stateStorage.x": _anything, "groupLocation": _delta_only,
     "share.record.lock.duration.ms": _delta_only, "share.delivery.count.limit": _delta_only,
     "share.partition.max.record.locks": _delta_only, "share.auto.offset.reset": _delta_only,
+    "startingOffsets": _starting_offsets, "groupConfig.share.record.lock.duration.ms": _positive,
+    "groupConfig.share.isolation.level": _anything,  # blank is unset; the broker checks a value when it is set
 }
 REQUIRED = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "fuzz", "subscribe": "fuzz",
             "stateLocation": "/tmp/sharegroup-fuzz-state"}

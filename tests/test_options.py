@@ -32,7 +32,10 @@ def test_defaults_and_kafka_passthrough():
     ("coordinator", "delta", "option 'groupLocation' is required with option 'coordinator'='delta'"),
     ("subscribe", " , ", "option 'subscribe' names no topic"),
     ("kafka.max.poll.records", "5", "option 'kafka.max.poll.records' is managed by the sharegroup source"),
-    ("maxRecordPerTrigger", "5", "unknown option(s) 'maxRecordPerTrigger'"),
+    ("maxRecordPerTrigger", "5", "unknown option(s) 'maxRecordPerTrigger' (did you mean maxRecordsPerTrigger?)"),
+    ("StartingOffset", "earliest", "unknown option(s) 'StartingOffset' (did you mean startingOffsets?)"),
+    ("startingOffsets", "beginning", "option 'startingOffsets' must be earliest or latest, got 'beginning'"),
+    ("startingOffsets", '{"t":{"0":5}}', "per-partition offsets are `sharegroup reset-offsets`"),
 ])
 def test_wrong_values_name_the_option(key, value, message):
     with pytest.raises(OptionError) as error:
@@ -140,10 +143,51 @@ DELTA = {**BASE, "coordinator": "delta", "groupLocation": "/group"}
 
 
 def test_delta_coordinator_takes_its_group_location_and_settings():
-    options = SourceOptions.parse({**DELTA, "share.delivery.count.limit": "3", "share.auto.offset.reset": " Earliest"})
+    options = SourceOptions.parse({**DELTA, "groupConfig.share.delivery.count.limit": " 3",
+                                   "groupconfig.share.auto.offset.reset": " Earliest"})
     assert options.coordinator == "delta" and options.group_location == "/group"
-    assert options.group_settings == {"share.delivery.count.limit": 3, "share.auto.offset.reset": "earliest"}
+    assert options.group_configs == {"share.delivery.count.limit": "3", "share.auto.offset.reset": "earliest"}
     assert "groupLocation=/group" in repr(options)
+
+
+def test_the_delta_settings_old_spelling_still_works_with_the_delta_coordinator():
+    """Queries started by an earlier release set the Delta group's settings without the prefix: they keep working."""
+    options = SourceOptions.parse({**DELTA, "share.record.lock.duration.ms": "20000", "startingOffsets": "Earliest"})
+    assert options.group_configs == {"share.record.lock.duration.ms": "20000"}
+    assert options.starting_offsets == "earliest"
+
+
+def test_the_broker_group_configs_go_to_kafka_as_given():
+    """Kafka checks the values against its bounds when the query sets them: every share-group config passes here."""
+    options = SourceOptions.parse({**BASE, "groupConfig.share.record.lock.duration.ms": "60000",
+                                   "groupConfig.share.isolation.level": "read_committed",
+                                   "groupConfig.errors.deadletterqueue.topic.name": "dlq.orders",
+                                   "startingOffsets": "latest"})
+    assert options.group_configs == {"share.record.lock.duration.ms": "60000",
+                                     "share.isolation.level": "read_committed",
+                                     "errors.deadletterqueue.topic.name": "dlq.orders"}
+    assert options.starting_offsets == "latest"
+    assert SourceOptions.parse(BASE).group_configs == {} and SourceOptions.parse(BASE).starting_offsets is None
+    blank = SourceOptions.parse({**BASE, "groupConfig.share.isolation.level": " ", "startingOffsets": ""})
+    assert blank.group_configs == {} and blank.starting_offsets is None, "a blank value is unset, as for every option"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"groupConfig.share.lock.duration.ms": "1"}, "option 'groupConfig.share.lock.duration.ms': 'share.lock.duration."
+                                                  "ms' is not a share group's config (did you mean share.record.lock."
+                                                  "duration.ms?)"),
+    ({"groupConfig.consumer.session.timeout.ms": "1"}, "'consumer.session.timeout.ms' is not a share group's config"),
+    ({"groupConfig.share.delivery.count.limit": "0"}, "option 'groupConfig.share.delivery.count.limit' must be a "
+                                                      "positive integer"),
+    ({"groupConfig.share.auto.offset.reset": "earliest", "startingOffsets": "earliest"},
+     "options 'startingOffsets' and 'groupConfig.share.auto.offset.reset' both set where the group starts"),
+    ({"share.record.lock.duration.ms": "5000"}, "option 'share.record.lock.duration.ms' is now spelt "
+                                                "'groupConfig.share.record.lock.duration.ms'"),
+    ({"groupLocation": "/g"}, "option 'groupLocation' belongs to coordinator=delta"),
+])
+def test_group_config_mistakes_name_the_option(options, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        SourceOptions.parse({**BASE, **options})
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -151,19 +195,18 @@ def test_delta_coordinator_takes_its_group_location_and_settings():
     ({"share.record.lock.duration.ms": "soon"}, "option 'share.record.lock.duration.ms' must be a positive integer"),
     ({"share.auto.offset.reset": "none"}, "option 'share.auto.offset.reset' must be latest or earliest"),
     ({"lockDurationMs": "5000"}, "option 'lockDurationMs' does not apply with coordinator=delta: the group's lock "
-                                 "duration is the option share.record.lock.duration.ms"),
+                                 "duration is the option groupConfig.share.record.lock.duration.ms"),
+    ({"groupConfig.share.isolation.level": "read_committed"}, "option 'groupConfig.share.isolation.level' does not "
+                                                              "apply with coordinator=delta: a Delta group's settings"),
+    ({"groupConfig.share.auto.offset.reset": "by_duration:PT1H"}, "option 'groupConfig.share.auto.offset.reset' must "
+                                                                  "be latest or earliest"),
+    ({"share.delivery.count.limit": "3", "groupConfig.share.delivery.count.limit": "4"},
+     "sets share.delivery.count.limit a second time, to another value"),
     ({"maxBytesPerTrigger": "5000"}, "option 'maxBytesPerTrigger' does not apply with coordinator=delta"),
-    ({"kafka.auto.offset.reset": "earliest"}, "where a new share group starts is the group setting share.auto."),
+    ({"kafka.auto.offset.reset": "earliest"}, "where a new share group starts is the option startingOffsets"),
     ({"groupLocation": "  "}, "option 'groupLocation' is blank"),
 ])
 def test_delta_option_mistakes_name_the_option(extra, message):
     with pytest.raises(OptionError, match=re.escape(message)):
         SourceOptions.parse({**DELTA, **extra})
 
-
-@pytest.mark.parametrize("name", ["groupLocation", "share.delivery.count.limit", "share.record.lock.duration.ms",
-                                  "share.partition.max.record.locks", "share.auto.offset.reset"])
-def test_delta_options_are_refused_with_the_broker_coordinator(name):
-    with pytest.raises(OptionError, match=rf"'{re.escape(name)}' belong to coordinator=delta; with coordinator=broker "
-                                          "the share group's settings are broker-side group configs"):
-        SourceOptions.parse({**BASE, name: "5"})

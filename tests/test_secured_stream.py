@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from sharegroup_source import DeltaShareConsumer
+from sharegroup_source.group_configs import read_group_configs
 from sharegroup_source.testing.apache_kafka import create_topic, set_group_configs
 from sharegroup_source.testing.kafka_peers import wait_for
 from sharegroup_source.testing.secured_kafka import SecuredKafka, make_tls
@@ -237,6 +238,32 @@ def test_an_acl_revoked_under_a_running_query_fails_it_and_a_restart_after_the_g
     assert tables
     _assert_no_secret(secured_kafka, *(str(DeltaTable(str(table)).to_pyarrow_table().to_pylist()) for table in tables),
                       *(p.read_text() for p in (tmp_path / "checkpoint").rglob("*") if p.is_file()))
+
+
+def test_the_group_configs_a_query_sets_need_alter_configs_on_its_group(spark, secured_kafka, tmp_path):
+    """``groupConfig.*`` and ``startingOffsets`` change the group: a principal without DESCRIBE_CONFIGS or
+    ALTER_CONFIGS on it gets one line naming what is missing, and with both the query sets them and reads."""
+    query = SecuredQuery(secured_kafka, tmp_path, "bob")
+    secured_kafka.allow("bob", "TOPIC", query.topic, "READ")
+    secured_kafka.allow("bob", "GROUP", query.group, "READ", "DESCRIBE_CONFIGS")
+    query.produce(50)
+    options = {**query.options(), "groupConfig.share.record.lock.duration.ms": "20000", "startingOffsets": "earliest"}
+    line, text, took = _refusal(spark, query, options)
+    assert line.startswith("sharegroup_source.errors.AuthorizationError: User:bob is not authorized to ALTER_CONFIGS "
+                           f"on GROUP {query.group} "), line
+    assert "setting a share group's configs needs DESCRIBE_CONFIGS and ALTER_CONFIGS on its GROUP" in line, line
+    assert took < REFUSED_WITHIN_S, took
+    _assert_no_secret(secured_kafka, text)
+    internal = {"bootstrap.servers": secured_kafka.internal_servers}  # the test's own listener (a super user)
+    assert read_group_configs(internal, query.group)["share.record.lock.duration.ms"].value == "15000", \
+        "a refused query changed nothing"
+
+    secured_kafka.allow("bob", "GROUP", query.group, "ALTER_CONFIGS")
+    running = query.start(spark, **options)
+    running.awaitTermination(180)
+    assert running.exception() is None
+    assert collections.Counter(query.sink_values()) == dict.fromkeys(query.produced, 1)
+    assert read_group_configs(internal, query.group)["share.record.lock.duration.ms"].value == "20000"
 
 
 @pytest.mark.timeout(400)

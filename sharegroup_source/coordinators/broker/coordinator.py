@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Settled
+from sharegroup_source.coordinators.broker.group_setup import set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.metadata import group_start
@@ -48,12 +49,14 @@ class BrokerCoordinator:
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
              handover_timeout_s: float | None = None) -> BrokerCoordinator:
         """Join the share group once the query's previous member has left (that run's stop writes its
-        releases to the ledger, which the driver reads next); ``handover_timeout_s`` bounds the wait."""
+        releases to the ledger, which the driver reads next); ``handover_timeout_s`` bounds the wait. The
+        group's configs the options set are set before the member's first fetch."""
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
+        lock_duration_ms = set_up_group(options) or options.lock_duration_ms
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
-        return cls(client, run_id, options.lock_duration_ms, options.client_config)
+        return cls(client, run_id, lock_duration_ms, options.client_config)
 
     @property
     def member_id(self) -> str:
@@ -66,7 +69,8 @@ class BrokerCoordinator:
 
     @property
     def lock_duration_ms(self) -> int:
-        """The group's lock duration as the ``lockDurationMs`` option says: clients cannot read the broker's."""
+        """The group's lock duration: as the broker said it, where the query set the group's configs; else as the
+        ``lockDurationMs`` option says (reading it costs a request the embedded broker never answers)."""
         return self._lock_duration_ms
 
     def starts_at(self) -> str | None:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Outcome, Settled
+from sharegroup_source.coordinators.delta.group_setup import set_up_group
 from sharegroup_source.coordinators.delta.member import GroupMember, Held
 from sharegroup_source.schema import POSITIONS
 from state_store import AckType
@@ -71,8 +72,9 @@ class DeltaCoordinator:
              handover_timeout_s: float | None = None) -> DeltaCoordinator:
         """Join as ``<query prefix><run id>``; ``take_over`` gives back what the query's earlier runs hold."""
         assert options.group_location is not None, "options require groupLocation with coordinator=delta"
-        group = GroupStore.open(options.group_location, options.group_id, options.group_settings,
+        group = GroupStore.open(options.group_location, options.group_id, {},
                                 storage_options=dict(options.storage_options))
+        set_up_group(group, options)
         prefix = query_member_prefix(options.state_location)
         member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics)
         return cls(member, options.max_poll_records, prefix)

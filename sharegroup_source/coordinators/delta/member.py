@@ -190,6 +190,9 @@ class GroupMember:
                 self._commit(lambda sps, now_ms: None)
                 with self._lock:  # the group's tables are one thread's at a time
                     self.group.heartbeat(self.member_id)
+                    adopted = self.group.refresh_settings()
+                if adopted is not None:
+                    log.info("member %s adopted the group's altered settings: %s", self.member_id, adopted)
             except Exception as error:  # the next round tries again; locks last a whole duration
                 log.warning("member %s could not renew its locks: %s", self.member_id, error)
 

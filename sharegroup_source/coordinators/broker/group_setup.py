@@ -1,0 +1,74 @@
+"""What a broker-mode query sets on its share group before its member's first fetch.
+
+The group's configs (``groupConfig.*``) are the broker's, shared by every member of the group: the
+query sets those that differ from the group's and says so, old and new. ``startingOffsets`` is
+Spark's option for where a new query starts; a share group starts once, where its
+``share.auto.offset.reset`` says when it first fetches a partition, so the option sets that config
+for a group that has never fetched and changes nothing for one that has (moving a group is a reset,
+which Kafka allows only while the group is empty).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sharegroup_source.admin.model import KAFKA_TIMEOUT_S
+from sharegroup_source.admin.protocol import ShareGroupProtocol
+from sharegroup_source.admin.share_requests import Failed
+from sharegroup_source.errors import ClusterError
+from sharegroup_source.group_configs import (
+    GROUP_CONFIG_PREFIX,
+    already_started,
+    alter_group_configs,
+    read_group_configs,
+)
+
+if TYPE_CHECKING:  # options imports the broker's client configuration
+    from sharegroup_source.options import SourceOptions
+
+__all__ = ["set_up_group"]
+
+log = logging.getLogger(__name__)
+
+_LOCK_DURATION = "share.record.lock.duration.ms"
+
+
+def set_up_group(options: SourceOptions) -> int | None:
+    """Set the group's configs the options ask for; returns the group's lock duration where it was read (the
+    options asked for something), else None. Refusals raise the connector's one-line errors."""
+    if not options.group_configs and options.starting_offsets is None:
+        return None
+    config, group = options.client_config, options.group_id
+    current = read_group_configs(config, group)
+    wanted = dict(options.group_configs)
+    if options.starting_offsets is not None:
+        fetched = _fetched(options)
+        if fetched:
+            topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
+            log.warning("%s", already_started(
+                group, options.starting_offsets, fetched,
+                f"sharegroup reset-offsets --group {group} {topics} --to-{options.starting_offsets} "
+                f"--bootstrap-servers {options.bootstrap_servers} --execute"))
+        else:
+            wanted["share.auto.offset.reset"] = options.starting_offsets
+    for change in alter_group_configs(config, group, wanted, execute=True, current=current):
+        asked = "startingOffsets" if change.key == "share.auto.offset.reset" and options.starting_offsets else (
+            f"{GROUP_CONFIG_PREFIX}{change.key}")
+        log.warning("share group %s: %s, as the option %s asks (every member of the group follows it)", group,
+                    change, asked)
+    lock = wanted.get(_LOCK_DURATION) or (current[_LOCK_DURATION].value if _LOCK_DURATION in current else None)
+    return int(lock) if lock else None
+
+
+def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
+    """The subscribed share-partitions where the group has a start offset: where it has fetched."""
+    with ShareGroupProtocol(options.client_config, KAFKA_TIMEOUT_S) as protocol:
+        answer = protocol.start_offsets([options.group_id])[options.group_id]
+    if isinstance(answer, Failed):
+        if answer.code == "GROUP_ID_NOT_FOUND":  # a group nobody joined yet
+            return []
+        raise ClusterError(f"share group '{options.group_id}': its start offsets could not be read for "
+                           f"startingOffsets: {answer}")
+    return sorted(key for key, offset in answer.items()
+                  if key[0] in options.topics and offset.start_offset is not None and offset.start_offset >= 0)

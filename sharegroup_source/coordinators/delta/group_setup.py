@@ -1,0 +1,48 @@
+"""What a delta-mode query sets on its Delta group before its member's first acquisition.
+
+The same options as with the broker coordinator mean the Delta group's settings: ``groupConfig.*``
+(its four settings, set where they differ, old and new logged; live members adopt them at their
+next heartbeat) and ``startingOffsets`` (the group's ``share.auto.offset.reset``, set only while the
+group has no position in the subscribed topics).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, GROUP_CONFIG_PREFIX, already_started
+from state_store.group import GroupStore
+
+if TYPE_CHECKING:  # options imports the broker's client configuration
+    from sharegroup_source.options import SourceOptions
+
+__all__ = ["set_up_group"]
+
+log = logging.getLogger(__name__)
+
+#: The Delta group's settings that are integers (the fourth, share.auto.offset.reset, is a word).
+_INTEGERS = DELTA_GROUP_CONFIGS[:3]
+
+
+def set_up_group(group: GroupStore, options: SourceOptions) -> None:
+    """Set the Delta group's settings the options ask for, in one commit; refusals raise GroupSettingsError."""
+    wanted: dict[str, int | str] = {key: int(value) if key in _INTEGERS else value
+                                    for key, value in options.group_configs.items()}
+    if options.starting_offsets is not None:
+        fetched = sorted(key for key in group.share_state.partitions() if key[0] in options.topics)
+        if fetched:
+            topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
+            log.warning("%s", already_started(
+                group.group_id, options.starting_offsets, fetched,
+                f"sharegroup reset-offsets {options.group_location_shown} {topics} --to-{options.starting_offsets} "
+                f"--bootstrap-servers {options.bootstrap_servers} --execute"))
+        else:
+            wanted["share.auto.offset.reset"] = options.starting_offsets
+    if not wanted:
+        return
+    for key, (old, new) in group.alter(wanted).items():
+        asked = "startingOffsets" if key == "share.auto.offset.reset" and options.starting_offsets else (
+            f"{GROUP_CONFIG_PREFIX}{key}")
+        log.warning("share group %s at %s: %s: %s -> %s, as the option %s asks (every member of the group follows "
+                    "it)", group.group_id, group.location_shown, key, old, new, asked)

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from sharegroup_source.coordinators.broker.group_setup import set_up_group as broker_setup
+from sharegroup_source.coordinators.delta.group_setup import set_up_group as delta_setup
 from sharegroup_source.coordinators.delta.member import GroupMember
 from sharegroup_source.errors import GroupConfigError
 from sharegroup_source.group_configs import read_group_configs
 from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.jars import kafka_version
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus
@@ -203,3 +206,16 @@ def test_a_delta_query_sets_its_groups_settings_and_live_members_adopt_them(kafk
         assert worker.group.share_state.config.delivery_attempt_limit == 3, "the worker's state machine follows them"
     finally:
         worker.close()
+
+
+def test_starting_offsets_is_read_in_a_querys_first_run_only(tmp_path):
+    """As Spark's Kafka source reads it: a restarted query goes on from its group's position, asking nothing."""
+    unreachable = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "g", "subscribe": "t",
+                   "stateLocation": str(tmp_path / "state"), "startingOffsets": "earliest"}
+    assert broker_setup(SourceOptions.parse(unreachable), first_run=False) is None, "nothing asked of the cluster"
+    delta = SourceOptions.parse({**unreachable, "coordinator": "delta", "groupLocation": str(tmp_path / "group")})
+    group = GroupStore.open(str(tmp_path / "group"), "g", {})
+    delta_setup(group, delta, first_run=False)
+    assert GroupStore.existing(str(tmp_path / "group")).settings.auto_offset_reset == "latest"
+    delta_setup(group, delta, first_run=True)
+    assert GroupStore.existing(str(tmp_path / "group")).settings.auto_offset_reset == "earliest"

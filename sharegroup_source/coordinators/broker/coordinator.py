@@ -50,10 +50,12 @@ class BrokerCoordinator:
              handover_timeout_s: float | None = None) -> BrokerCoordinator:
         """Join the share group once the query's previous member has left (that run's stop writes its
         releases to the ledger, which the driver reads next); ``handover_timeout_s`` bounds the wait. The
-        group's configs the options set are set before the member's first fetch."""
+        group's configs the options set are set before the member's first fetch (``startingOffsets`` in the
+        query's first run only: the progress table has no run of it yet)."""
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
-        lock_duration_ms = set_up_group(options) or options.lock_duration_ms
+        lock_duration_ms = set_up_group(options, first_run=not progress.totals(options.group_id)) or (
+            options.lock_duration_ms)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
         return cls(client, run_id, lock_duration_ms, options.client_config)

@@ -34,26 +34,27 @@ log = logging.getLogger(__name__)
 _LOCK_DURATION = "share.record.lock.duration.ms"
 
 
-def set_up_group(options: SourceOptions) -> int | None:
-    """Set the group's configs the options ask for; returns the group's lock duration where it was read (the
-    options asked for something), else None. Refusals raise the connector's one-line errors."""
-    if not options.group_configs and options.starting_offsets is None:
+def set_up_group(options: SourceOptions, first_run: bool) -> int | None:
+    """Set the group's configs the options ask for (``startingOffsets`` on the query's ``first_run`` only, as Spark
+    reads it); returns the group's lock duration where it was read (the options asked for something), else None.
+    Refusals raise the connector's one-line errors."""
+    starting = options.starting_offsets if first_run else None
+    if not options.group_configs and starting is None:
         return None
     config, group = options.client_config, options.group_id
     current = read_group_configs(config, group)
     wanted = dict(options.group_configs)
-    if options.starting_offsets is not None:
+    if starting is not None:
         fetched = _fetched(options)
         if fetched:
             topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
             log.warning("%s", already_started(
-                group, options.starting_offsets, fetched,
-                f"sharegroup reset-offsets --group {group} {topics} --to-{options.starting_offsets} "
+                group, starting, fetched, f"sharegroup reset-offsets --group {group} {topics} --to-{starting} "
                 f"--bootstrap-servers {options.bootstrap_servers} --execute"))
         else:
-            wanted["share.auto.offset.reset"] = options.starting_offsets
+            wanted["share.auto.offset.reset"] = starting
     for change in alter_group_configs(config, group, wanted, execute=True, current=current):
-        asked = "startingOffsets" if change.key == "share.auto.offset.reset" and options.starting_offsets else (
+        asked = "startingOffsets" if change.key == "share.auto.offset.reset" and starting else (
             f"{GROUP_CONFIG_PREFIX}{change.key}")
         log.warning("share group %s: %s, as the option %s asks (every member of the group follows it)", group,
                     change, asked)

@@ -74,7 +74,7 @@ class DeltaCoordinator:
         assert options.group_location is not None, "options require groupLocation with coordinator=delta"
         group = GroupStore.open(options.group_location, options.group_id, {},
                                 storage_options=dict(options.storage_options))
-        set_up_group(group, options)
+        set_up_group(group, options, first_run=not progress.totals(options.group_id))
         prefix = query_member_prefix(options.state_location)
         member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics)
         return cls(member, options.max_poll_records, prefix)

@@ -25,24 +25,25 @@ log = logging.getLogger(__name__)
 _INTEGERS = DELTA_GROUP_CONFIGS[:3]
 
 
-def set_up_group(group: GroupStore, options: SourceOptions) -> None:
-    """Set the Delta group's settings the options ask for, in one commit; refusals raise GroupSettingsError."""
+def set_up_group(group: GroupStore, options: SourceOptions, first_run: bool) -> None:
+    """Set the Delta group's settings the options ask for, in one commit (``startingOffsets`` on the query's
+    ``first_run`` only, as Spark reads it)."""
+    starting = options.starting_offsets if first_run else None
     wanted: dict[str, int | str] = {key: int(value) if key in _INTEGERS else value
                                     for key, value in options.group_configs.items()}
-    if options.starting_offsets is not None:
+    if starting is not None:
         fetched = sorted(key for key in group.share_state.partitions() if key[0] in options.topics)
         if fetched:
             topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
             log.warning("%s", already_started(
-                group.group_id, options.starting_offsets, fetched,
-                f"sharegroup reset-offsets {options.group_location_shown} {topics} --to-{options.starting_offsets} "
-                f"--bootstrap-servers {options.bootstrap_servers} --execute"))
+                group.group_id, starting, fetched, f"sharegroup reset-offsets {options.group_location_shown} {topics} "
+                f"--to-{starting} --bootstrap-servers {options.bootstrap_servers} --execute"))
         else:
-            wanted["share.auto.offset.reset"] = options.starting_offsets
+            wanted["share.auto.offset.reset"] = starting
     if not wanted:
         return
     for key, (old, new) in group.alter(wanted).items():
-        asked = "startingOffsets" if key == "share.auto.offset.reset" and options.starting_offsets else (
+        asked = "startingOffsets" if key == "share.auto.offset.reset" and starting else (
             f"{GROUP_CONFIG_PREFIX}{key}")
         log.warning("share group %s at %s: %s: %s -> %s, as the option %s asks (every member of the group follows "
                     "it)", group.group_id, group.location_shown, key, old, new, asked)

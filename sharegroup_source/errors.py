@@ -46,5 +46,9 @@ class OutcomeError(ValueError):
 
 
 class GroupConfigError(ValueError):
-    """Kafka refused a share group's config: the message names each setting and the broker's reason. Nothing
-    was changed."""
+    """Kafka refused a share group's config: the message names each setting and the broker's reason, and
+    ``refused`` holds one line per setting. Nothing was changed."""
+
+    def __init__(self, message: str, refused: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.refused = refused or (message,)

@@ -14,7 +14,7 @@ passed on, one line per refused setting. A Delta-coordinated group keeps the fir
 
 from __future__ import annotations
 
-import logging
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -28,10 +28,8 @@ from sharegroup_source.kafka_clients import admin_config
 from sharegroup_source.kafka_errors import refusal
 
 __all__ = ["DELTA_GROUP_CONFIGS", "GROUP_CONFIG_PREFIX", "SHARE_GROUP_CONFIGS", "ConfigChange", "GroupConfig",
-           "already_started", "alter_group_configs", "check_config_key", "describe_group_configs",
+           "already_started", "alter_group_configs", "asked_by", "check_config_key", "describe_group_configs",
            "group_config_command", "read_group_configs"]
-
-log = logging.getLogger(__name__)
 
 #: The source options that set the group's configs: ``groupConfig.share.record.lock.duration.ms`` and so on.
 GROUP_CONFIG_PREFIX = "groupConfig."
@@ -96,8 +94,6 @@ def check_config_key(key: str, where: str, keys: Iterable[str] = SHARE_GROUP_CON
     lowered = {name.lower(): name for name in known}
     if key.lower() in lowered:
         return lowered[key.lower()]
-    import difflib
-
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     raise OptionError(f"{where}: {key!r} is not a share group's config{hint}; they are: {', '.join(known)}")
@@ -133,12 +129,20 @@ def read_group_configs(config: Mapping[str, Any], group: str, timeout_s: float =
     return described
 
 
-def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]], how_to_move: str) -> str:
-    """The line a query logs when ``startingOffsets`` meets a group that has fetched already: it changes nothing."""
+def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]], target: str, servers: str) -> str:
+    """The line a query logs when ``startingOffsets`` meets a group that has fetched already: it changes nothing.
+    ``target`` names the group as ``sharegroup reset-offsets`` takes it (``--group G``, or a Delta group's location)."""
     shown = ", ".join(f"{topic}[{partition}]" for topic, partition in fetched[:5])
     more = f" and {len(fetched) - 5} more" if len(fetched) > 5 else ""
+    topics = " ".join(f"--topic {topic}" for topic in sorted({topic for topic, _ in fetched}))
     return (f"share group {group} already has a position in {shown}{more}: startingOffsets={starting} changes "
-            f"nothing, the group goes on from where it is; to move it, stop the group's members and run {how_to_move}")
+            f"nothing, the group goes on from where it is; to move it, stop the group's members and run sharegroup "
+            f"reset-offsets {target} {topics} --to-{starting} --bootstrap-servers {servers} --execute")
+
+
+def asked_by(key: str, starting: str | None) -> str:
+    """The source option that asked for a change of ``key``, for the line that says so."""
+    return "startingOffsets" if key == "share.auto.offset.reset" and starting else f"{GROUP_CONFIG_PREFIX}{key}"
 
 
 def _described(future: Future, config: Mapping[str, Any], group: str, timeout_s: float, needs: str,
@@ -193,15 +197,13 @@ def alter_group_configs(config: Mapping[str, Any], group: str, set_: Mapping[str
         refused = [f"{key}={_shown(next(c.new for c in changes if c.key == key))}: {reason}"
                    for key, future in checks.items() if (reason := _refused(future, config, group, timeout_s))]
         if refused:
-            raise GroupConfigError(f"share group '{group}': Kafka at bootstrap.servers="
-                                   f"{config.get('bootstrap.servers', '')} refused " + "; ".join(refused))
+            said = f"share group '{group}': Kafka at bootstrap.servers={config.get('bootstrap.servers', '')} refused "
+            raise GroupConfigError(said + "; ".join(refused), tuple(said + line for line in refused))
         if execute:
             reason = _refused(_send(admin, group, changes, validate_only=False, timeout_s=timeout_s), config, group,
                               timeout_s)
             if reason:
                 raise GroupConfigError(f"share group '{group}': Kafka refused the change: {reason}")
-            for change in changes:
-                log.info("share group %s: %s", group, change)
         return changes
     finally:
         admin.poll(0)

@@ -6,6 +6,7 @@ notebook cell far from the code that set it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -298,8 +299,6 @@ def _refuse_unknown(options: Mapping[str, Any]) -> None:
     unknown = sorted(key for key in options if not key.lower().startswith(prefixes) and key.lower() not in _KNOWN)
     if not unknown:
         return
-    import difflib
-
     names = {name.lower(): name for name in _DOCUMENTED if not name.endswith(".*")}
     said = []
     for key in unknown:

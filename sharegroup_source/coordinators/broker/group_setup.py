@@ -18,9 +18,9 @@ from sharegroup_source.admin.protocol import ShareGroupProtocol
 from sharegroup_source.admin.share_requests import Failed
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.group_configs import (
-    GROUP_CONFIG_PREFIX,
     already_started,
     alter_group_configs,
+    asked_by,
     read_group_configs,
 )
 
@@ -47,17 +47,12 @@ def set_up_group(options: SourceOptions, first_run: bool) -> int | None:
     if starting is not None:
         fetched = _fetched(options)
         if fetched:
-            topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
-            log.warning("%s", already_started(
-                group, starting, fetched, f"sharegroup reset-offsets --group {group} {topics} --to-{starting} "
-                f"--bootstrap-servers {options.bootstrap_servers} --execute"))
+            log.warning("%s", already_started(group, starting, fetched, f"--group {group}", options.bootstrap_servers))
         else:
             wanted["share.auto.offset.reset"] = starting
     for change in alter_group_configs(config, group, wanted, execute=True, current=current):
-        asked = "startingOffsets" if change.key == "share.auto.offset.reset" and starting else (
-            f"{GROUP_CONFIG_PREFIX}{change.key}")
         log.warning("share group %s: %s, as the option %s asks (every member of the group follows it)", group,
-                    change, asked)
+                    change, asked_by(change.key, starting))
     lock = wanted.get(_LOCK_DURATION) or (current[_LOCK_DURATION].value if _LOCK_DURATION in current else None)
     return int(lock) if lock else None
 

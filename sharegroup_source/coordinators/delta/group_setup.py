@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, GROUP_CONFIG_PREFIX, already_started
+from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, already_started, asked_by
 from state_store.group import GroupStore
 
 if TYPE_CHECKING:  # options imports the broker's client configuration
@@ -34,16 +34,12 @@ def set_up_group(group: GroupStore, options: SourceOptions, first_run: bool) -> 
     if starting is not None:
         fetched = sorted(key for key in group.share_state.partitions() if key[0] in options.topics)
         if fetched:
-            topics = " ".join(f"--topic {t}" for t in sorted({t for t, _ in fetched}))
-            log.warning("%s", already_started(
-                group.group_id, starting, fetched, f"sharegroup reset-offsets {options.group_location_shown} {topics} "
-                f"--to-{starting} --bootstrap-servers {options.bootstrap_servers} --execute"))
+            log.warning("%s", already_started(group.group_id, starting, fetched, str(options.group_location_shown),
+                                              options.bootstrap_servers))
         else:
             wanted["share.auto.offset.reset"] = starting
     if not wanted:
         return
     for key, (old, new) in group.alter(wanted).items():
-        asked = "startingOffsets" if key == "share.auto.offset.reset" and starting else (
-            f"{GROUP_CONFIG_PREFIX}{key}")
         log.warning("share group %s at %s: %s: %s -> %s, as the option %s asks (every member of the group follows "
-                    "it)", group.group_id, group.location_shown, key, old, new, asked)
+                    "it)", group.group_id, group.location_shown, key, old, new, asked_by(key, starting))

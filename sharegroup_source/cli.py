@@ -11,11 +11,17 @@ Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C
     sharegroup reset-offsets (LOCATION | --group G) --to-earliest --bootstrap-servers B [--execute]
     sharegroup delete-offsets (LOCATION | --group G) --topic T [--bootstrap-servers B] [--execute]
     sharegroup delete --group G [--group G ...] --bootstrap-servers B [--execute]
+    sharegroup configure --group G [--set KEY=VALUE ...] [--delete KEY ...] --bootstrap-servers B [--execute]
+    sharegroup configure LOCATION [--set KEY=VALUE ...] [--delete KEY ...] [--execute]
 
-describe, reset and delete share groups (sharegroup_source.admin); describing never joins one. A
-LOCATION is a coordinator=delta group's groupLocation or a broker-mode query's stateLocation; a
-group id (--group) is a coordinator=broker group, asked of its Kafka coordinator. Changes are dry
-runs unless --execute.
+describe, reset, delete and configure share groups (sharegroup_source.admin); describing never joins
+one. A LOCATION is a coordinator=delta group's groupLocation or a broker-mode query's stateLocation;
+a group id (--group) is a coordinator=broker group, asked of its Kafka coordinator. Changes are dry
+runs unless --execute. configure sets (--set) or deletes (--delete, back to the default) a group's
+settings: share.record.lock.duration.ms, share.delivery.count.limit, share.partition.max.record.locks,
+share.auto.offset.reset (a delta group has these four), and a broker group's other share.* and
+errors.deadletterqueue.* configs, each checked by the broker, whose reason for refusing one is printed;
+describe shows them, with SOURCE group (set for the group), broker or default.
 Each takes --command-config FILE, Kafka client settings as Kafka's own tools take them (a Java
 properties file: security.protocol, sasl.jaas.config, ssl.truststore.location of a PEM file...,
 translated to librdkafka's names), where stateStorage.KEY lines and --storage-option KEY=VALUE
@@ -126,7 +132,7 @@ def _grant_spec(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
 
 
 #: The commands that operate share groups (sharegroup_source.admin); the others serve a broker.
-ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete")
+ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete", "configure")
 _LOCATION_HELP = "a groupLocation (coordinator=delta) or a query's stateLocation (coordinator=broker)"
 _SERVERS_HELP = "the Kafka cluster the group reads (log offsets, lag and broker groups are looked up there)"
 _GROUP_HELP = "a coordinator=broker share group's id, asked of its Kafka coordinator (repeatable)"
@@ -169,6 +175,16 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     delete.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
     delete.add_argument("--bootstrap-servers", metavar="B", required=True, help=_SERVERS_HELP)
     _add_client_settings(delete)
+    configure = commands.add_parser("configure", help="set or delete a share group's settings (a dry run unless "
+                                    "--execute); its members adopt them as they run")
+    _add_target(configure)
+    configure.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="a setting's new value, e.g. share.record.lock.duration.ms=60000 (repeatable)")
+    configure.add_argument("--delete", action="append", default=[], metavar="KEY",
+                           help="a setting put back to its default (repeatable)")
+    configure.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
+    configure.add_argument("--bootstrap-servers", metavar="B", help=_SERVERS_HELP + " (for --group)")
+    _add_client_settings(configure)
 
 
 def _add_target(command: argparse.ArgumentParser) -> None:
@@ -448,7 +464,7 @@ def _admin(args: argparse.Namespace) -> int:
     from sharegroup_source.errors import ClusterError, StateStoreError
 
     handlers = {"describe": _describe, "reset-offsets": _reset_offsets, "delete-offsets": _delete_offsets,
-                "delete": _delete}
+                "delete": _delete, "configure": _configure}
     try:
         args.settings = read_command_config(args.command_config, args.storage_option)
     except ValueError as error:
@@ -518,6 +534,36 @@ def _delete(args: argparse.Namespace) -> int:
         else:
             print(f"sharegroup: error: group {group}: {error}", file=sys.stderr)
     return 1 if any(error is not None for error in outcomes.values()) else 0
+
+
+def _configure(args: argparse.Namespace) -> int:
+    """The changes as a table; each setting Kafka refused is a line of its own on stderr (exit status 1)."""
+    from sharegroup_source.admin import config_table, configure_group
+    from sharegroup_source.errors import GroupConfigError
+
+    try:
+        plan = configure_group(args.location, group=args.group, set=_by_key(args.set), delete=args.delete,
+                               execute=args.execute, bootstrap_servers=args.bootstrap_servers,
+                               kafka_config=args.settings.kafka, storage_options=dict(args.settings.storage))
+    except GroupConfigError as error:
+        for line in error.refused:
+            print(f"sharegroup: error: {line}", file=sys.stderr)
+        return 1
+    print(config_table(plan))
+    return 0
+
+
+def _by_key(pairs: Sequence[str]) -> dict[str, str]:
+    """--set KEY=VALUE arguments by key; a key given twice is refused rather than one of its values dropped."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise OptionError(f"--set {pair!r}: give KEY=VALUE, e.g. share.record.lock.duration.ms=60000")
+        if key.strip() in settings:
+            raise OptionError(f"--set {key.strip()} is given twice")
+        settings[key.strip()] = value
+    return settings
 
 
 def _serve(args: argparse.Namespace) -> int:

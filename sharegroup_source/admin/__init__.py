@@ -1,4 +1,4 @@
-"""Describe share groups, and reset or delete their offsets, without ever joining one.
+"""Describe share groups, reset or delete their offsets, and change their settings, without ever joining one.
 
 A group is named by its state or by its id:
 
@@ -19,6 +19,9 @@ What Kafka's own group admin learnt, applied to share groups:
   its cluster unreachable) gets its own ``error`` and the others are still described.
 - Only an empty group is reset (KIP-932): a member holding records would settle them against
   state that no longer exists.
+- Settings are the group's (KIP-932's group configs), changed while it runs: a broker group's by
+  IncrementalAlterConfigs on the GROUP resource, which the broker validates (its reasons are passed
+  on); a delta group's in its settings row, which its members re-read at each heartbeat.
 
 Layout: :mod:`.model` (the answers), :mod:`.state_locations` and :mod:`.delta_groups` (Delta
 state), :mod:`.broker_groups` and :mod:`.protocol` (Kafka's coordinator), :mod:`.cluster` (log
@@ -41,9 +44,10 @@ from sharegroup_source.admin.broker_groups import (
 )
 from sharegroup_source.admin.cluster import kafka_config as _client_config
 from sharegroup_source.admin.cluster import parse_topic_spec
-from sharegroup_source.admin.delta_groups import delete_delta_offsets, reset_delta_offsets
+from sharegroup_source.admin.delta_groups import configure_delta_group, delete_delta_offsets, reset_delta_offsets
 from sharegroup_source.admin.model import (
     SESSION_TIMEOUT_MS,
+    ConfigPlan,
     GroupDescription,
     GroupNotEmptyError,
     MemberDescription,
@@ -54,11 +58,13 @@ from sharegroup_source.admin.model import (
     to_arrow,
 )
 from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log_offsets, read_location
-from sharegroup_source.admin.tables import describe_table, reset_table
+from sharegroup_source.admin.tables import config_table, describe_table, reset_table
+from sharegroup_source.group_configs import alter_group_configs
 
-__all__ = ["SESSION_TIMEOUT_MS", "GroupDescription", "GroupNotEmptyError", "MemberDescription",
-           "PartitionDescription", "PartitionReset", "ResetPlan", "delete_groups", "delete_offsets",
-           "describe_groups", "describe_table", "parse_topic_spec", "reset_offsets", "reset_table", "to_arrow"]
+__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "MemberDescription",
+           "PartitionDescription", "PartitionReset", "ResetPlan", "config_table", "configure_group", "delete_groups",
+           "delete_offsets", "describe_groups", "describe_table", "parse_topic_spec", "reset_offsets", "reset_table",
+           "to_arrow"]
 
 
 def describe_groups(locations: Iterable[str] = (), *, groups: Iterable[str] = (), all_groups: bool = False,
@@ -141,3 +147,33 @@ def delete_groups(groups: Iterable[str], *, execute: bool = False, bootstrap_ser
         raise ValueError("share groups are deleted by their coordinator: give bootstrap servers")
     return delete_broker_groups(list(dict.fromkeys(groups)), execute=execute, config=config)
 
+
+def configure_group(location: str | None = None, *, group: str | None = None,
+                    set: Mapping[str, str | int] | None = None,
+                    delete: Iterable[str] = (), execute: bool = False, bootstrap_servers: str | None = None,
+                    kafka_config: Mapping[str, Any] | None = None,
+                    storage_options: dict[str, str] | None = None) -> ConfigPlan:
+    """Plan, and with ``execute`` apply, new settings for a broker group (its id, ``group``) or a delta group
+    (its ``location``): ``set`` by config name (``share.record.lock.duration.ms``...), ``delete`` back to the
+    default.
+
+    A broker group takes SHARE_GROUP_CONFIGS, each checked by the broker first (a dry run too), so a value
+    it refuses is a GroupConfigError with its reason, and nothing changes unless every one passes; a
+    principal without ALTER_CONFIGS (or DESCRIBE_CONFIGS) on the group gets an AuthorizationError. A delta
+    group takes DELTA_GROUP_CONFIGS in one commit of its settings row. A key that is neither is an
+    OptionError naming the closest one. Unlike a reset, a group with members may be configured: they
+    adopt the new settings as they run.
+    """
+    wanted = {key: str(value) for key, value in (set or {}).items()}
+    deleted = list(delete)
+    if not (wanted or deleted):
+        raise ValueError("configure what? give settings to set or delete")
+    if (location is None) == (group is None):
+        raise ValueError("configure a delta group by its location or a broker group by its id: one of them")
+    if location is not None:
+        return configure_delta_group(location, wanted, deleted, execute=execute, storage_options=storage_options)
+    config = _client_config(bootstrap_servers, kafka_config)
+    if config is None:
+        raise ValueError("a broker group's settings are its coordinator's: give bootstrap servers")
+    changes = alter_group_configs(config, group or "", wanted, deleted, execute=execute)
+    return ConfigPlan(group or "", None, "broker", tuple(changes), execute)

@@ -1,15 +1,19 @@
 """Resetting and deleting a Delta-coordinated group's offsets: one compare-and-swap commit on its
-``share_state``, refused while a member holds records or was seen lately (KIP-932: empty groups only)."""
+``share_state``, refused while a member holds records or was seen lately (KIP-932: empty groups only);
+and altering its settings: one commit of its ``settings`` row, which live members adopt at their next
+heartbeat, so a group with members is configured as a broker group is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from sharegroup_source.admin.cluster import Cluster, describe_target, new_offsets, topic_keys
 from sharegroup_source.admin.model import (
     SESSION_TIMEOUT_MS,
+    ConfigPlan,
     GroupNotEmptyError,
     Key,
     PartitionReset,
@@ -18,12 +22,14 @@ from sharegroup_source.admin.model import (
     _shown_time,
 )
 from sharegroup_source.admin.state_locations import live_members
+from sharegroup_source.errors import OptionError
+from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, SHARE_GROUP_CONFIGS, ConfigChange, check_config_key
 from state_store import SharePartition
 from state_store.errors import StateStoreError
-from state_store.group import GroupStore
+from state_store.group import SETTING_OPTIONS, GroupSettings, GroupStore
 from state_store.redaction import redact_location
 
-__all__ = ["delete_delta_offsets", "reset_delta_offsets"]
+__all__ = ["configure_delta_group", "delete_delta_offsets", "reset_delta_offsets"]
 
 
 def reset_delta_offsets(location: str, *, to: str | int | datetime, topics: Iterable[str] | None,
@@ -88,13 +94,67 @@ def delete_delta_offsets(location: str, topic: str, *, execute: bool,
     return removed
 
 
-def _delta_group(location: str, storage_options: dict[str, str] | None) -> tuple[GroupStore, str]:
+def configure_delta_group(location: str, set_: Mapping[str, str], delete: Iterable[str], *, execute: bool,
+                          storage_options: dict[str, str] | None = None) -> ConfigPlan:
+    """Plan, and with ``execute`` commit, new settings for a delta group: ``set_`` by config name, ``delete``
+    back to the default (Apache Kafka's, as for a new group).
+
+    Only the group's settings row's configs (DELTA_GROUP_CONFIGS) are taken; any other key, and a value a
+    group cannot have, is a ValueError naming it, and nothing is written. The commit is one compare-and-swap
+    of the row, so the changes returned are those it made, even if an admin altered the row meanwhile.
+    """
+    group, shown = _delta_group(location, storage_options, "configured")
+    where = f"share group '{group.group_id}' at {shown}"
+    wanted = {_delta_key(key, where): value for key, value in set_.items()}
+    removed = [_delta_key(key, where) for key in delete]
+    both = sorted(set(wanted) & set(removed))
+    if both:
+        raise OptionError(f"{where}: {', '.join(both)} both set and deleted")
+    typed = {key: _typed(key, value, where) for key, value in {**wanted, **dict.fromkeys(removed)}.items()}
+    asked: dict[str, Any] = {SETTING_OPTIONS[key]: value for key, value in typed.items()}
+    try:  # GroupSettings refuses what no group may have (a lock of 0 ms...)
+        replace(group.settings, **asked)
+    except ValueError as error:
+        raise OptionError(f"{where}: {error}") from None
+    if execute:
+        done = group.alter(typed)
+        changes = [ConfigChange(key, str(done[key][0]), str(done[key][1])) for key in typed if key in done]
+    else:
+        changes = [ConfigChange(key, str(old), str(value)) for key, value in typed.items()
+                   if (old := getattr(group.settings, SETTING_OPTIONS[key])) != value]
+    return ConfigPlan(group.group_id, shown, "delta", tuple(changes), execute)
+
+
+def _delta_key(key: str, where: str) -> str:
+    """``key`` as DELTA_GROUP_CONFIGS names it; a share-group config a delta group lacks is named as such."""
+    if key in SHARE_GROUP_CONFIGS and key not in DELTA_GROUP_CONFIGS:
+        raise OptionError(f"{where}: {key} is a config of coordinator=broker share groups (its broker applies it); "
+                          f"a coordinator=delta group has {', '.join(DELTA_GROUP_CONFIGS)}")
+    return check_config_key(key, where, DELTA_GROUP_CONFIGS)
+
+
+def _typed(key: str, value: str | None, where: str) -> int | str:
+    """``value`` as the settings row holds it; None: the default, what a new group has (Apache Kafka's)."""
+    name = SETTING_OPTIONS[key]
+    if value is None:
+        default: int | str = getattr(GroupSettings(), name)
+        return default
+    if name == "auto_offset_reset":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise OptionError(f"{where}: {key}={value!r} is not an integer") from None
+
+
+def _delta_group(location: str, storage_options: dict[str, str] | None, done: str = "reset"
+                 ) -> tuple[GroupStore, str]:
     shown = redact_location(location)
     try:
         return GroupStore.existing(location, storage_options=storage_options), shown
     except StateStoreError as error:
         raise StateStoreError(f"{error}. A LOCATION is a coordinator=delta group's groupLocation; a "
-                              "coordinator=broker group is reset by its id: --group G") from None
+                              f"coordinator=broker group is {done} by its id: --group G") from None
 
 
 def _refusal(group: GroupStore, now_ms: int) -> Callable[[Mapping[Key, SharePartition]], None]:

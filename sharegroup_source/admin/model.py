@@ -1,4 +1,5 @@
-"""What the admin answers: group, member, partition and reset descriptions, the same for every kind of group.
+"""What the admin answers: group, member, partition and reset descriptions, and config changes, the same for
+every kind of group.
 
 A ``delta`` group is described from its Delta tables; a ``broker`` group by its Kafka coordinator
 (and, given a query's ``stateLocation``, joined with that query's ledger). A None is a number the
@@ -15,7 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["KAFKA_TIMEOUT_S", "SESSION_TIMEOUT_MS", "GroupDescription", "GroupNotEmptyError", "Key",
+from sharegroup_source.group_configs import ConfigChange, GroupConfig
+
+__all__ = ["KAFKA_TIMEOUT_S", "SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
            "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "to_arrow"]
 
 #: A member not seen for this long, holding no live lock, is gone: Kafka's default
@@ -93,6 +96,9 @@ class GroupDescription:
     ``Dead``) for a broker one. ``location`` is None for a broker group described by its id only.
     ``note`` says what is left out and why. ``unsettled_epochs``: the ledger's, for a broker-mode
     query's stateLocation. ``coordinator``: a broker group's coordinator, ``host:port (node id)``.
+    ``settings``: the group's share-group configs, each with its source (``group``: set for this group;
+    ``broker``, ``default``: not set for it, so the broker's value applies); a delta group's are its
+    settings row's.
     """
 
     location: str | None
@@ -106,15 +112,17 @@ class GroupDescription:
     unsettled_epochs: int | None = None
     partitions: tuple[PartitionDescription, ...] = ()
     coordinator: str | None = None
+    settings: tuple[GroupConfig, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: times as ISO 8601 strings, partitions and members as lists of objects."""
+        """JSON-ready: times as ISO 8601 strings, partitions, members and settings as lists of objects."""
         return _jsonable(asdict(self))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GroupDescription:
         return cls(**{**data, "members": tuple(MemberDescription.from_dict(m) for m in data["members"]),
-                      "partitions": tuple(PartitionDescription.from_dict(p) for p in data["partitions"])})
+                      "partitions": tuple(PartitionDescription.from_dict(p) for p in data["partitions"]),
+                      "settings": tuple(GroupConfig(**s) for s in data.get("settings", ()))})
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,18 @@ class ResetPlan:
     partitions: tuple[PartitionReset, ...]
     version: int | None = None
 
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """A change of a group's settings, planned (``executed`` False: nothing changed) or done; ``changes`` holds
+    only the settings whose value differs (none: the group already is as asked). A broker group's (``kind``
+    ``broker``, ``location`` None) is its coordinator's; a delta group's was one commit of its settings row."""
+
+    group_id: str
+    location: str | None
+    kind: str
+    changes: tuple[ConfigChange, ...]
+    executed: bool
 
 
 _ARROW_GROUP = [pa.field("location", pa.string()), pa.field("group_id", pa.string()), pa.field("kind", pa.string()),

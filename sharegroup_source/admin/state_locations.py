@@ -26,10 +26,11 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.admin.protocol import NO_SHARE_GROUP_ADMIN
 from sharegroup_source.errors import ClusterError
+from sharegroup_source.group_configs import GroupConfig
 from state_store import UNSETTLED, DeadLetters, EpochStatus, LedgerEntry, RecordState, SharePartition, StateStore
 from state_store.delta_table import local_path
 from state_store.errors import StateStoreError
-from state_store.group import GroupStore, MemberInfo
+from state_store.group import SETTING_OPTIONS, GroupStore, MemberInfo
 from state_store.redaction import redact_location
 
 __all__ = ["DeltaGroup", "LogOffsets", "QueryLedger", "live_members", "log_offsets", "read_location"]
@@ -89,7 +90,15 @@ class DeltaGroup:
             self.location, self.group.group_id, "delta", state="Stable" if members else "Empty",
             error=offsets.error if self.partitions else None, note="; ".join(offsets.notes()) or None,
             members=tuple(members), dead_letter_count=self.dead_letters,
-            partitions=tuple(_delta_partition(key, sp, offsets) for key, sp in sorted(self.partitions.items())))
+            partitions=tuple(_delta_partition(key, sp, offsets) for key, sp in sorted(self.partitions.items())),
+            settings=self.settings())
+
+    def settings(self) -> tuple[GroupConfig, ...]:
+        """The group's settings row, by config name: every one is the group's own (source ``group``), which its
+        first member wrote and ``sharegroup configure`` alters; no broker has a say."""
+        settings = self.group.settings
+        return tuple(GroupConfig(option, str(getattr(settings, name)), "group")
+                     for option, name in sorted(SETTING_OPTIONS.items()))
 
 
 def _delta_partition(key: Key, sp: SharePartition, offsets: LogOffsets) -> PartitionDescription:
@@ -150,18 +159,21 @@ class QueryLedger:
             note: str | None = f"{why}; shown is what this query's ledger knows"
             by_key: dict[Key, PartitionDescription] = {}
             state = coordinator = None
+            settings: tuple[GroupConfig, ...] = ()
             # a cluster without the API (the embedded broker) is no failure of this group: its ledger is described
             error = None if broker is None or NO_SHARE_GROUP_ADMIN in (broker.error or "") else broker.error
         else:
             members = tuple(replace(m, kind="query", records_held=held) if m.member_id in ours else m
                             for m in broker.members)
             note, state, coordinator, error = broker.note, broker.state, broker.coordinator, None
+            settings = broker.settings
             by_key = {(p.topic, p.partition): p for p in broker.partitions}
         keys = sorted(set(by_key) | set(self.share_partitions()))
         return GroupDescription(
             self.location, self.group_id, "broker", state=state, error=error, note=note, members=members,
             dead_letter_count=self.dead_letters, unsettled_epochs=len(unsettled), coordinator=coordinator,
-            partitions=tuple(_ledger_partition(key, self.entries, by_key.get(key)) for key in keys))
+            partitions=tuple(_ledger_partition(key, self.entries, by_key.get(key)) for key in keys),
+            settings=settings)
 
 
 def _ledger_partition(key: Key, entries: Sequence[LedgerEntry], broker: PartitionDescription | None

@@ -1,7 +1,8 @@
-"""The admin's answers as text: the tables ``sharegroup describe`` and ``reset-offsets`` print.
+"""The admin's answers as text: the tables ``sharegroup describe``, ``reset-offsets`` and ``configure`` print.
 
 Columns follow Kafka's ``kafka-share-groups`` (GROUP, TOPIC, PARTITION, START-OFFSET, LAG first;
-COORDINATOR, STATE; MEMBER-ID, CLIENT-ID, HOST, ASSIGNMENT), then what only this product knows.
+COORDINATOR, STATE; MEMBER-ID, CLIENT-ID, HOST, ASSIGNMENT), then what only this product knows;
+settings as ``kafka-configs --describe`` tells them apart: the group's own, the broker's, the default.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sharegroup_source.admin.model import GroupDescription, PartitionDescription, ResetPlan, _shown_time
+from sharegroup_source.admin.model import ConfigPlan, GroupDescription, PartitionDescription, ResetPlan, _shown_time
 
-__all__ = ["describe_table", "reset_table"]
-
+__all__ = ["config_table", "describe_table", "reset_table"]
 
 
 _PARTITION_COLUMNS: list[tuple[str, Callable[[GroupDescription, PartitionDescription], Any]]] = [
@@ -27,8 +27,9 @@ _PARTITION_COLUMNS: list[tuple[str, Callable[[GroupDescription, PartitionDescrip
 
 def describe_table(descriptions: Sequence[GroupDescription]) -> str:
     """Described groups as ``kafka-share-groups --describe`` prints them: groups, share-partitions (its
-    GROUP, TOPIC, PARTITION, START-OFFSET, LAG columns first), members, then notes. Failed groups are
-    left out: the caller reports their ``error``."""
+    GROUP, TOPIC, PARTITION, START-OFFSET, LAG columns first), members, settings (SOURCE ``group`` where
+    set for the group, else ``broker`` or ``default``: whose value applies), then notes. Failed groups
+    are left out: the caller reports their ``error``."""
     described = [d for d in descriptions if d.error is None or d.partitions]
     groups = _table(["GROUP", "KIND", "COORDINATOR", "STATE", "MEMBERS", "DEAD-LETTERS", "UNSETTLED-EPOCHS",
                      "LOCATION"],
@@ -39,9 +40,11 @@ def describe_table(descriptions: Sequence[GroupDescription]) -> str:
     members = _table(["GROUP", "MEMBER-ID", "CLIENT-ID", "HOST", "KIND", "LAST-SEEN", "RECORDS-HELD", "ASSIGNMENT"],
                      [[d.group_id, m.member_id, m.client_id, m.host, m.kind, _shown_time(m.last_seen), m.records_held,
                        _assignment(m.assignment)] for d in described for m in d.members])
+    settings = _table(["GROUP", "CONFIG", "VALUE", "SOURCE"],
+                      [[d.group_id, s.key, _value(s.value), s.source] for d in described for s in d.settings])
     notes = [f"{d.group_id}: {p.topic}[{p.partition}]: {p.error}" for d in described for p in d.partitions if p.error]
     notes += [f"{d.group_id}: {d.note}" for d in described if d.note]
-    return "\n\n".join(part for part in (groups, partitions, members, "\n".join(notes)) if part)
+    return "\n\n".join(part for part in (groups, partitions, members, settings, "\n".join(notes)) if part)
 
 
 def reset_table(plan: ResetPlan) -> str:
@@ -56,6 +59,28 @@ def reset_table(plan: ResetPlan) -> str:
     else:
         done = f"reset to {plan.to}: committed as version {plan.version} of the group's share_state"
     return f"{table}\n\n{done}"
+
+
+def config_table(plan: ConfigPlan) -> str:
+    """A settings change, each setting's value and new value, and what became of it; ``(default)`` is a
+    broker group's setting deleted: the broker's value applies again."""
+    rows = [[plan.group_id, c.key, _value(c.old), "(default)" if c.new is None else _value(c.new)]
+            for c in plan.changes]
+    table = _table(["GROUP", "CONFIG", "VALUE", "NEW-VALUE"], rows)
+    if not plan.changes:
+        done = f"no change: share group '{plan.group_id}' already has these settings"
+    elif not plan.executed:
+        done = "dry run: nothing changed; add --execute to apply"
+    elif plan.kind == "broker":
+        done = "applied by the group's coordinator; its members follow the new settings"
+    else:
+        done = "applied: committed to the group's settings table; its members adopt them at their next heartbeat"
+    return f"{table}\n\n{done}" if table else done
+
+
+def _value(value: str | None) -> str | None:
+    """A setting's value as a cell: ``''`` for an empty one (no dead-letter topic), which a blank would hide."""
+    return "''" if value == "" else value
 
 
 def _assignment(keys: Sequence[tuple[str, int]]) -> str | None:

@@ -240,21 +240,20 @@ def _group_configs(options: Mapping[str, Any], coordinator: str) -> dict[str, st
     configs: dict[str, str] = {}
     for name, value in options.items():
         lowered = name.lower()
+        # named with the prefix as documented: Spark hands a Python data source its options lower-cased
         if lowered in _LEGACY_GROUP_SETTINGS:
             if coordinator == "broker":
-                raise OptionError(f"option '{name}' is now spelt '{GROUP_CONFIG_PREFIX}{lowered}': the share group's "
-                                  "configs are set with the groupConfig.* options")
-            key, shown = lowered, name
+                raise OptionError(f"option '{lowered}' is now spelt '{GROUP_CONFIG_PREFIX}{lowered}': the share "
+                                  "group's configs are set with the groupConfig.* options")
+            key = shown = lowered
         elif lowered.startswith(GROUP_CONFIG_PREFIX.lower()):
-            shown = name
+            given = name[len(GROUP_CONFIG_PREFIX):]
             keys = DELTA_GROUP_CONFIGS if coordinator == "delta" else SHARE_GROUP_CONFIGS
-            try:
-                key = check_config_key(name[len(GROUP_CONFIG_PREFIX):], f"option '{name}'", keys)
-            except OptionError as error:
-                if coordinator == "delta" and name[len(GROUP_CONFIG_PREFIX):].lower() in SHARE_GROUP_CONFIGS:
-                    raise OptionError(f"option '{name}' does not apply with coordinator=delta: a Delta group's "
-                                      f"settings are {', '.join(DELTA_GROUP_CONFIGS)}") from None
-                raise error from None
+            if coordinator == "delta" and given.lower() in SHARE_GROUP_CONFIGS and given.lower() not in keys:
+                raise OptionError(f"option '{GROUP_CONFIG_PREFIX}{given.lower()}' does not apply with "
+                                  f"coordinator=delta: a Delta group's settings are {', '.join(DELTA_GROUP_CONFIGS)}")
+            key = check_config_key(given, f"option '{GROUP_CONFIG_PREFIX}{given}'", keys)
+            shown = f"{GROUP_CONFIG_PREFIX}{key}"
         else:
             continue
         if not str(value).strip():  # blank means unset, as for every option

@@ -161,7 +161,14 @@ def _make_groups(kafka: KafkaUnderTest, topic_leaders: Callable[[dict[int, int]]
         assert plan.executed and [(r.partition, r.new_start_offset) for r in plan.partitions] == [
             (p, offset) for p in range(len(layout))], plan
         start[group] = offset
-    return Groups(topic, len(layout), start, leaders)
+    groups = Groups(topic, len(layout), start, leaders)
+    # AlterShareGroupOffsets answers before the coordinator has written that the share-partitions are
+    # initialized: a coordinator frozen in between leaves its successor a group with no start offsets
+    # and no member to initialize them again. Every group describes as set before a test's fault.
+    wait_for(lambda: all(_partitions(d) == groups.expected(d.group_id) for d in describe_groups(
+        groups=groups.ids, bootstrap_servers=kafka.bootstrap_servers)), 60, "every group's start offsets",
+        interval_s=0.5)
+    return groups
 
 
 @pytest.fixture

@@ -38,8 +38,8 @@ from typing import Any
 import psutil
 
 from sharegroup_source.admin import describe_groups, reset_offsets
-from sharegroup_source.admin.protocol import ShareGroupProtocol
-from sharegroup_source.admin.share_requests import offsets_request, parse_offsets
+from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
+from sharegroup_source.kafka.share_requests import offsets_request, parse_offsets
 from sharegroup_source.testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, kafka_java
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, kafka_session
 

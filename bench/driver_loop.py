@@ -36,8 +36,8 @@ import pyarrow as pa
 from confluent_kafka import ShareConsumer
 
 from bench.measure import percentiles_ms
-from sharegroup_source import micro_batch
-from sharegroup_source.micro_batch import MicroBatchDriver, offset_ranges, payload_partitions
+from sharegroup_source.driver import micro_batch
+from sharegroup_source.driver.micro_batch import MicroBatchDriver, offset_ranges, payload_partitions
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import records_to_arrow
 from state_store.decisions import Decisions

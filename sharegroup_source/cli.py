@@ -334,7 +334,7 @@ def translate_java_settings(settings: Mapping[str, str], where: str = "the clien
     librdkafka cannot take (JKS stores, other login modules, unknown settings) is an OptionError
     naming ``where`` and the setting; the result is checked by building a client, without connecting.
     """
-    from sharegroup_source.kafka_clients import refuse_java_settings
+    from sharegroup_source.kafka.clients import refuse_java_settings
     from sharegroup_source.options import _check_kafka
 
     rest = dict(settings)

@@ -16,15 +16,15 @@ from confluent_kafka import Consumer, KafkaException, ShareConsumer
 
 from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, share_consumer_config
 from sharegroup_source.errors import OptionError
-from sharegroup_source.group_configs import (
+from sharegroup_source.executor.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
+from sharegroup_source.kafka.clients import refuse_java_settings
+from sharegroup_source.kafka.group_configs import (
     DELTA_GROUP_CONFIGS,
     GROUP_CONFIG_PREFIX,
     SHARE_GROUP_CONFIGS,
     check_config_key,
 )
-from sharegroup_source.kafka_clients import refuse_java_settings
 from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
-from sharegroup_source.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
 
 __all__ = ["STARTING_OFFSETS", "SourceOptions", "StateOptions"]

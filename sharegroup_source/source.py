@@ -10,10 +10,10 @@ SPARK_VERSION = check_spark()
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
+from sharegroup_source.driver.stream_reader import ADMISSION_CONTROL, reader_class  # noqa: E402
 from sharegroup_source.errors import OptionError  # noqa: E402
 from sharegroup_source.options import SourceOptions  # noqa: E402
 from sharegroup_source.schema import spark_schema  # noqa: E402
-from sharegroup_source.stream_reader import ADMISSION_CONTROL, reader_class  # noqa: E402
 
 __all__ = ["ShareGroupDataSource"]
 

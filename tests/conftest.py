@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sharegroup_source.consumer_pool import consumer_pool
+from sharegroup_source.executor.consumer_pool import consumer_pool
 from sharegroup_source.testing.embedded_broker import API_KEYS
 from sharegroup_source.testing.kafka_peers import (
     BOOTSTRAP_ENV,

@@ -11,8 +11,8 @@ import sys
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from sharegroup_source.driver.stream_reader import ShareGroupStreamReader
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.stream_reader import ShareGroupStreamReader
 
 reader = ShareGroupStreamReader(SourceOptions.parse(json.loads(sys.argv[1])))
 try:

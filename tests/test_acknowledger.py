@@ -6,10 +6,10 @@ partition out cannot be provoked on demand from either broker.
 
 from __future__ import annotations
 
-from sharegroup_source.acknowledger import Acknowledger, settled_statuses
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.broker import BrokerCoordinator
 from sharegroup_source.coordinators.broker.share_client import AckResult
+from sharegroup_source.driver.acknowledger import Acknowledger, settled_statuses
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 

@@ -11,7 +11,7 @@ import pytest
 
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.kafka.metadata import partition_counts
 from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 

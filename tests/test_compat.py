@@ -20,7 +20,7 @@ import pytest
 from pyspark.errors.exceptions.captured import StreamingQueryException
 
 import sharegroup_source
-from sharegroup_source.stream_reader import ADMISSION_CONTROL
+from sharegroup_source.driver.stream_reader import ADMISSION_CONTROL
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
 from tests.streams import StreamSetup

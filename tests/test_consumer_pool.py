@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from sharegroup_source import consumer_pool
-from sharegroup_source.consumer_pool import ConsumerPool
-from sharegroup_source.kafka_clients import consumer_config
-from sharegroup_source.offset_reader import OffsetRangeReader, replay_consumer_config
+from sharegroup_source.executor import consumer_pool
+from sharegroup_source.executor.consumer_pool import ConsumerPool
+from sharegroup_source.executor.offset_reader import OffsetRangeReader, replay_consumer_config
+from sharegroup_source.kafka.clients import consumer_config
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 

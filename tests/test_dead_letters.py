@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sharegroup_source.acknowledger import Acknowledger
+from sharegroup_source.driver.acknowledger import Acknowledger
 from state_store import SourceCounters, StateStore
 from state_store.dead_letters import DEAD_LETTERS_SCHEMA
 from state_store.progress import COUNTERS

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
@@ -28,7 +28,7 @@ def test_a_new_query_at_the_log_end_says_once_why_nothing_comes(kafka, tmp_path,
     delta = {"coordinator": "delta", "groupLocation": str(tmp_path / "group"), "share.auto.offset.reset": "latest"}
     driver = MicroBatchDriver(setup.source_options(**(delta if coordinator == "delta" else {})))
     try:
-        with caplog.at_level(logging.WARNING, logger="sharegroup_source.micro_batch"):
+        with caplog.at_level(logging.WARNING, logger="sharegroup_source.driver.micro_batch"):
             start = driver.initial_offset()
             assert driver.latest_offset(start, 100) == start, "a group at the log end acquired older records"
             assert driver.latest_offset(start, 100) == start

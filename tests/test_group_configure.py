@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from sharegroup_source.admin import ConfigPlan, GroupDescription, configure_group, describe_groups, reset_offsets
-from sharegroup_source.group_configs import SHARE_GROUP_CONFIGS, ConfigChange, GroupConfig, describe_group_configs
+from sharegroup_source.kafka.group_configs import SHARE_GROUP_CONFIGS, ConfigChange, GroupConfig, describe_group_configs
 from sharegroup_source.testing.apache_kafka import create_topic
 from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import StateMismatchError
-from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
 from state_store.progress import COUNTERS

@@ -143,6 +143,6 @@ def test_the_docs_say_how_a_running_session_finds_the_format() -> None:
 def test_the_wheel_carries_kafkas_share_group_admin_message_definitions(wheel: Path) -> None:
     """kafka-python loads them from the installed package: without them no broker group can be described."""
     with zipfile.ZipFile(wheel) as built:
-        names = {n.rsplit("/", 1)[-1] for n in built.namelist() if n.startswith("sharegroup_source/admin/messages/")}
+        names = {n.rsplit("/", 1)[-1] for n in built.namelist() if n.startswith("sharegroup_source/kafka/messages/")}
     assert {f"{api}{kind}.json" for api in ("ShareGroupDescribe", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
                                              "DeleteShareGroupOffsets") for kind in ("Request", "Response")} <= names

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import OptionError
 from sharegroup_source.locations import check_location, resolve_location
-from sharegroup_source.micro_batch import MicroBatchDriver
 from sharegroup_source.options import SourceOptions, StateOptions
 from state_store import StateStore, StateStoreError
 

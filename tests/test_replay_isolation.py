@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from sharegroup_source.offset_reader import OffsetRangeReader
+from sharegroup_source.executor.offset_reader import OffsetRangeReader
+from sharegroup_source.executor.partition_reader import ReplayPartition, read_partition
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.partition_reader import ReplayPartition, read_partition
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from state_store import OffsetRange
 

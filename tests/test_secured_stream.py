@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from sharegroup_source import DeltaShareConsumer
-from sharegroup_source.group_configs import read_group_configs
+from sharegroup_source.kafka.group_configs import read_group_configs
 from sharegroup_source.testing.apache_kafka import create_topic, set_group_configs
 from sharegroup_source.testing.kafka_peers import wait_for
 from sharegroup_source.testing.secured_kafka import SecuredKafka, make_tls

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.testing.kafka_peers import wait_for
 from soak.faults import applicable
 from soak.run import SoakSettings, run_soak

@@ -21,9 +21,9 @@ import pytest
 from sharegroup_source.coordinators.broker.group_setup import set_up_group as broker_setup
 from sharegroup_source.coordinators.delta.group_setup import set_up_group as delta_setup
 from sharegroup_source.coordinators.delta.member import GroupMember
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import GroupConfigError
-from sharegroup_source.group_configs import read_group_configs
-from sharegroup_source.micro_batch import MicroBatchDriver
+from sharegroup_source.kafka.group_configs import read_group_configs
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.jars import kafka_version
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for

@@ -58,19 +58,20 @@ def test_a_burst_of_sigterms_still_releases_and_leaves(kafka, tmp_path):
 _NESTED_SIGTERM_CHILD = """
 import faulthandler, os, signal, sys
 faulthandler.dump_traceback_later(20, exit=True)  # a hang becomes a failure with the stack
-from sharegroup_source import stream_reader
+from sharegroup_source import termination
+from sharegroup_source.driver import stream_reader
 
 stops = []
 class Driver:
     def stop(self):
         stops.append(1)
 
-handler = stream_reader._exit.__code__
+handler = termination.on_sigterm.__code__
 for n in range(1, 30):
     reader = stream_reader.ShareGroupStreamReader(None)
     reader._driver = Driver()
-    stream_reader._TERM.stopping = False
-    stream_reader._stop_on_sigterm()
+    termination._TERM.stopping = False
+    termination.stop_on_sigterm()
     events = 0
 
     def second_sigterm(frame, event, arg):
@@ -108,9 +109,9 @@ def test_a_sigterm_inside_the_previous_ones_handler_neither_hangs_nor_skips_the_
 
 _BUILDING_CHILD = """
 import json, os, signal, sys
-from sharegroup_source import micro_batch
+from sharegroup_source.driver import micro_batch
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.stream_reader import ShareGroupStreamReader
+from sharegroup_source.driver.stream_reader import ShareGroupStreamReader
 
 window = sys.argv[2]
 if window == "member joined":  # SIGTERM once the member joined and was recorded, before the driver exists

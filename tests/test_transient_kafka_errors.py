@@ -14,10 +14,10 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from sharegroup_source.coordinators.delta.log_bounds import LogBounds
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import TRANSIENT_BOUND_S, is_transient, retry_transient
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.kafka.clients import TRANSIENT_BOUND_S, is_transient, retry_transient
+from sharegroup_source.kafka.log_bounds import LogBounds
+from sharegroup_source.kafka.metadata import partition_counts
 
 
 def test_an_election_s_errors_are_waited_out_on_a_fresh_client():

@@ -59,7 +59,7 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log_offsets, read_location
 from sharegroup_source.admin.tables import config_table, describe_table, reset_table
-from sharegroup_source.group_configs import alter_group_configs
+from sharegroup_source.kafka.group_configs import alter_group_configs
 
 __all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "MemberDescription",
            "PartitionDescription", "PartitionReset", "ResetPlan", "config_table", "configure_group", "delete_groups",

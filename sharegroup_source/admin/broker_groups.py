@@ -3,8 +3,8 @@
 Describing N groups costs one ListGroups per broker (only for all groups), one FindCoordinator for
 the groups not listed, one ShareGroupDescribe per coordinator, DescribeShareGroupOffsets one per
 group but all in flight at once (Kafka 4.3.1 answers a many-group one seconds late), one
-ListOffsets per partition leader (:mod:`sharegroup_source.admin.protocol`), and one DescribeConfigs
-for the groups' settings (:mod:`sharegroup_source.group_configs`). Never a member.
+ListOffsets per partition leader (:mod:`sharegroup_source.kafka.share_protocol`), and one DescribeConfigs
+for the groups' settings (:mod:`sharegroup_source.kafka.group_configs`). Never a member.
 Resets and deletes go to the coordinator, which refuses them while the group has members
 (NON_EMPTY_GROUP): its reason is passed on with the members it names.
 """
@@ -28,10 +28,10 @@ from sharegroup_source.admin.model import (
     PartitionReset,
     ResetPlan,
 )
-from sharegroup_source.admin.protocol import ShareGroupProtocol
-from sharegroup_source.admin.share_requests import LATEST, Coordinator, DescribedShareGroup, Failed, StartOffset
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.group_configs import GroupConfig, describe_group_configs
+from sharegroup_source.kafka.group_configs import GroupConfig, describe_group_configs
+from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
+from sharegroup_source.kafka.share_requests import LATEST, Coordinator, DescribedShareGroup, Failed, StartOffset
 
 __all__ = ["delete_broker_groups", "delete_broker_offsets", "describe_broker_groups", "reset_broker_offsets"]
 

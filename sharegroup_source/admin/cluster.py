@@ -12,9 +12,9 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from sharegroup_source.admin.model import KAFKA_TIMEOUT_S, Key, _iso, _utc
-from sharegroup_source.coordinators.delta.log_bounds import LogBounds
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import admin_config
+from sharegroup_source.kafka.clients import admin_config
+from sharegroup_source.kafka.log_bounds import LogBounds
 
 __all__ = ["Cluster", "describe_target", "kafka_config", "new_offsets", "parse_topic_spec", "topic_keys"]
 

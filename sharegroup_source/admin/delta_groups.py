@@ -23,7 +23,12 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.admin.state_locations import live_members
 from sharegroup_source.errors import OptionError
-from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, SHARE_GROUP_CONFIGS, ConfigChange, check_config_key
+from sharegroup_source.kafka.group_configs import (
+    DELTA_GROUP_CONFIGS,
+    SHARE_GROUP_CONFIGS,
+    ConfigChange,
+    check_config_key,
+)
 from state_store import SharePartition
 from state_store.errors import StateStoreError
 from state_store.group import SETTING_OPTIONS, GroupSettings, GroupStore

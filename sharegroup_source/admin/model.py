@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sharegroup_source.group_configs import ConfigChange, GroupConfig
+from sharegroup_source.kafka.group_configs import ConfigChange, GroupConfig
 
 __all__ = ["KAFKA_TIMEOUT_S", "SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
            "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "to_arrow"]

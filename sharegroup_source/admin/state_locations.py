@@ -24,9 +24,9 @@ from sharegroup_source.admin.model import (
     PartitionDescription,
     _time,
 )
-from sharegroup_source.admin.protocol import NO_SHARE_GROUP_ADMIN
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.group_configs import GroupConfig
+from sharegroup_source.kafka.group_configs import GroupConfig
+from sharegroup_source.kafka.share_protocol import NO_SHARE_GROUP_ADMIN
 from state_store import UNSETTLED, DeadLetters, EpochStatus, LedgerEntry, RecordState, SharePartition, StateStore
 from state_store.delta_table import local_path
 from state_store.errors import StateStoreError

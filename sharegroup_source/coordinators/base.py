@@ -8,9 +8,7 @@ the share group's state in a Delta table implements the same few calls.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,7 +16,7 @@ import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 
-__all__ = ["Coordinator", "Failures", "Outcome", "Settled", "has_not_joined", "not_joined_yet"]
+__all__ = ["Coordinator", "Failures", "Outcome", "Settled"]
 
 #: Share-partitions whose acknowledgements did not take, with the reason: their records come back
 Failures = dict[tuple[str, int], str]
@@ -112,24 +110,3 @@ class Coordinator(Protocol):
     def close(self) -> None:
         """Leave the group; records still held go back when their locks expire."""
         ...
-
-
-_not_joined: set[int] = set()
-
-
-@contextmanager
-def not_joined_yet() -> Iterator[None]:
-    """Mark the calling thread as a run that has not joined its group: a coordinator waits in here
-    (for the previous run's member, say) before it holds anything a stop would have to give back."""
-    thread_id = threading.get_ident()
-    _not_joined.add(thread_id)
-    try:
-        yield
-    finally:
-        _not_joined.discard(thread_id)
-
-
-def has_not_joined(thread_id: int) -> bool:
-    """Whether that thread's run has joined nothing yet, so ending it now leaves nothing behind
-    (the stream reader's SIGTERM handler asks)."""
-    return thread_id in _not_joined

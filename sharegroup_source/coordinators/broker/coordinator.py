@@ -19,7 +19,7 @@ from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.coordinators.broker.group_setup import set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
-from sharegroup_source.metadata import group_start
+from sharegroup_source.kafka.metadata import group_start
 from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store.progress import ProgressTable
 

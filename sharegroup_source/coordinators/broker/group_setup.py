@@ -14,15 +14,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from sharegroup_source.admin.model import KAFKA_TIMEOUT_S
-from sharegroup_source.admin.protocol import ShareGroupProtocol
-from sharegroup_source.admin.share_requests import Failed
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.group_configs import (
+from sharegroup_source.kafka.group_configs import (
     already_started,
     alter_group_configs,
     asked_by,
     read_group_configs,
 )
+from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
+from sharegroup_source.kafka.share_requests import Failed
 
 if TYPE_CHECKING:  # options imports the broker's client configuration
     from sharegroup_source.options import SourceOptions

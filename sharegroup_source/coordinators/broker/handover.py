@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sharegroup_source.coordinators.base import not_joined_yet
+from sharegroup_source.termination import not_joined_yet
 from state_store.progress import ProgressTable
 
 __all__ = ["HANDOVER_TIMEOUT_S", "await_previous_member"]

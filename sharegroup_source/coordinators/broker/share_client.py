@@ -17,9 +17,9 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 
 from sharegroup_source.acks import Ack, AckRun, AckType, runs_of
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import consumer_config
-from sharegroup_source.kafka_errors import is_refusal, refusal
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.kafka.clients import consumer_config
+from sharegroup_source.kafka.errors import is_refusal, refusal
+from sharegroup_source.kafka.metadata import partition_counts
 from sharegroup_source.redaction import redact
 
 __all__ = ["AckResult", "ShareClient", "share_consumer_config"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sharegroup_source.group_configs import DELTA_GROUP_CONFIGS, already_started, asked_by
+from sharegroup_source.kafka.group_configs import DELTA_GROUP_CONFIGS, already_started, asked_by
 from state_store.group import GroupStore
 
 if TYPE_CHECKING:  # options imports the broker's client configuration

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
-from sharegroup_source.coordinators.delta.log_bounds import NEEDS, LogBounds
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.kafka.log_bounds import NEEDS, LogBounds
+from sharegroup_source.kafka.metadata import partition_counts
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance

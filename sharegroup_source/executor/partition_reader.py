@@ -17,7 +17,7 @@ from pyspark.sql.datasource import InputPartition
 
 from sharegroup_source.acks import record_keys
 from sharegroup_source.errors import DataLossError
-from sharegroup_source.offset_reader import OffsetRangeReader, RangeResult
+from sharegroup_source.executor.offset_reader import OffsetRangeReader, RangeResult
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
 from state_store import OffsetRange

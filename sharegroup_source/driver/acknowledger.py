@@ -19,7 +19,7 @@ import pyarrow as pa
 from sharegroup_source.acks import Ack, AckRun, AckType, record_keys, runs_of
 from sharegroup_source.coordinators import Coordinator, Failures
 from sharegroup_source.coordinators.base import Outcome, Settled
-from sharegroup_source.group_configs import group_config_command
+from sharegroup_source.kafka.group_configs import group_config_command
 from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
 

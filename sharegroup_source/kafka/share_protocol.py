@@ -34,7 +34,10 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
 from sharegroup_source.admin.model import Key
-from sharegroup_source.admin.share_requests import (
+from sharegroup_source.errors import AuthenticationError, ClusterError, OptionError, TlsError
+from sharegroup_source.kafka.errors import refusal
+from sharegroup_source.kafka.metadata import check_login
+from sharegroup_source.kafka.share_requests import (
     SHARE_APIS,
     Coordinator,
     DescribedShareGroup,
@@ -52,9 +55,6 @@ from sharegroup_source.admin.share_requests import (
     parse_describe,
     parse_offsets,
 )
-from sharegroup_source.errors import AuthenticationError, ClusterError, OptionError, TlsError
-from sharegroup_source.kafka_errors import refusal
-from sharegroup_source.metadata import check_login
 
 __all__ = ["NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
 

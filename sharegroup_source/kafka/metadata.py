@@ -15,14 +15,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
 
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka_clients import (
+from sharegroup_source.kafka.clients import (
     TRANSIENT_BOUND_S,
     admin_config,
     consumer_config,
     is_transient,
     retry_transient,
 )
-from sharegroup_source.kafka_errors import Refusals, refusal
+from sharegroup_source.kafka.errors import Refusals, refusal
 
 #: How soon a topic whose leader is being elected is asked about again.
 _ASK_AGAIN_S = 0.5

@@ -17,7 +17,7 @@ from kafka.protocol.admin import DeleteGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest
 
-import sharegroup_source.admin.messages as messages
+import sharegroup_source.kafka.messages as messages
 from sharegroup_source.admin.model import Key
 
 __all__ = ["EARLIEST", "LATEST", "SHARE_APIS", "Coordinator", "DescribedShareGroup", "Failed", "ShareMember",

@@ -18,9 +18,9 @@ from typing import Any
 from confluent_kafka import IsolationLevel, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from sharegroup_source.kafka_clients import TRANSIENT_BOUND_S, admin_config, retry_transient
-from sharegroup_source.kafka_errors import refusal
-from sharegroup_source.metadata import partition_counts
+from sharegroup_source.kafka.clients import TRANSIENT_BOUND_S, admin_config, retry_transient
+from sharegroup_source.kafka.errors import refusal
+from sharegroup_source.kafka.metadata import partition_counts
 
 __all__ = ["NEEDS", "LogBounds"]
 

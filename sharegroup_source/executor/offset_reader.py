@@ -16,9 +16,9 @@ from typing import Any, cast
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sharegroup_source.consumer_pool import ConsumerPool, consumer_pool
-from sharegroup_source.kafka_clients import is_transient
-from sharegroup_source.kafka_errors import refusal
+from sharegroup_source.executor.consumer_pool import ConsumerPool, consumer_pool
+from sharegroup_source.kafka.clients import is_transient
+from sharegroup_source.kafka.errors import refusal
 
 __all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
 

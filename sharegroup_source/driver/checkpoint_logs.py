@@ -25,7 +25,7 @@ from pyarrow import fs
 
 from sharegroup_source.offset import EpochOffset
 
-__all__ = ["CommitLog", "CommitWatcher"]
+__all__ = ["CommitLog", "CommitWatcher", "OffsetLog"]
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +127,36 @@ class CommitWatcher:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join()
+
+
+class OffsetLog(CommitLog):
+    """The checkpoint's ``offsets/`` as this source wrote it: its offset in the newest batch."""
+
+    def newest(self) -> tuple[dict | None, bool]:
+        """(this source's offset in the newest ``offsets/N`` or None, whether ``commits/N`` exists).
+
+        A batch without an offset of ours (a union whose other source had data first) counts as
+        none: the first batch of ours starts at the initial offset.
+        """
+        batches = self._batches("offsets")
+        if not batches:
+            return None, False
+        batch = max(batches)
+        with self._fs.open_input_stream(f"{self._root}/offsets/{batch}") as stream:
+            lines = stream.read().decode().splitlines()[2:]
+        ours = [offset for offset in map(_parsed, lines) if isinstance(offset, dict) and EpochOffset.is_ours(offset)]
+        if len(ours) > 1:
+            raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: on this Spark "
+                             "a query reads one")
+        return (ours[0] if ours else None), batch in self._batches("commits")
+
+    def _batches(self, folder: str) -> set[int]:
+        infos = self._fs.get_file_info(fs.FileSelector(f"{self._root}/{folder}", allow_not_found=True))
+        return {int(i.base_name) for i in infos if i.type == fs.FileType.File and i.base_name.isdigit()}
+
+
+def _parsed(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None  # "-": a source without an offset in this batch

@@ -23,18 +23,18 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 
-from sharegroup_source.acknowledger import Acknowledger, Settlement, settled_statuses
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
-from sharegroup_source.backlog import Backlog, epoch_size
-from sharegroup_source.commit_log import CommitLog, CommitWatcher
 from sharegroup_source.coordinators import open_coordinator
-from sharegroup_source.emitted_index import EmittedIndex
+from sharegroup_source.driver.acknowledger import Acknowledger, Settlement, settled_statuses
+from sharegroup_source.driver.backlog import Backlog, epoch_size
+from sharegroup_source.driver.checkpoint_logs import CommitLog, CommitWatcher
+from sharegroup_source.driver.emitted_index import EmittedIndex
 from sharegroup_source.errors import ClusterError, FencedError, StateMismatchError
+from sharegroup_source.executor.partition_reader import PayloadPartition, ReplayPartition, read_back
+from sharegroup_source.kafka.metadata import log_end_offsets, log_offsets
 from sharegroup_source.locations import check_source_locations
-from sharegroup_source.metadata import log_end_offsets, log_offsets
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.partition_reader import PayloadPartition, ReplayPartition, read_back
 from sharegroup_source.redaction import redact_location
 from sharegroup_source.schema import NO_RECORDS, by_partition, has_payload, row_bytes, spans, to_ipc
 from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from sharegroup_source.errors import ClusterError, OptionError
-from sharegroup_source.kafka_errors import is_refusal
+from sharegroup_source.kafka.errors import is_refusal
 
 __all__ = ["KAFKA_LOGGER", "REPEAT_INTERVAL_S", "TRANSIENT_BOUND_S", "TRANSIENT_ERRORS", "ClientLog", "admin_config",
            "client_log", "consumer_config", "is_transient", "producer_config", "refuse_java_settings",
@@ -216,7 +216,7 @@ def retry_transient(call: Callable[[], T], what: str, servers: str, bound_s: flo
     minute after a leader was killed, without refreshing its metadata).
 
     Any other Kafka error becomes ``explain(error)`` when that says what it is (a refusal, see
-    :mod:`sharegroup_source.kafka_errors`), else, like a transient one that outlasts the bound, one
+    :mod:`sharegroup_source.kafka.errors`), else, like a transient one that outlasts the bound, one
     ClusterError: ``cannot <what> at bootstrap.servers=<servers>: ...``.
     """
     deadline = clock() + bound_s

@@ -46,8 +46,8 @@ from bench.spark_noop import kafka_into_noop, source_into_noop
 from sharegroup_source.coordinators.delta import DeltaShareConsumer
 from sharegroup_source.coordinators.delta.member import GroupMember
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.executor.offset_reader import replay_consumer_config
 from sharegroup_source.executor.partition_reader import read_partition
+from sharegroup_source.kafka.settings import replay_consumer_config
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import records_to_arrow
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest

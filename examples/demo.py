@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.cli import plain_text
-from sharegroup_source.kafka.clients import admin_config, producer_config
+from sharegroup_source.kafka.settings import admin_config, producer_config
 from sharegroup_source.sinks import DeltaBatchWriter
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker

@@ -43,9 +43,10 @@ from pathlib import Path
 from typing import TextIO
 
 from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka.java_settings import translate_java_settings, unescape_java
 from sharegroup_source.redaction import REDACTED, is_scrubbed
 
-__all__ = ["ClientSettings", "main", "plain_text", "read_command_config", "read_properties", "translate_java_settings"]
+__all__ = ["ClientSettings", "main", "plain_text", "read_command_config", "read_properties"]
 
 
 def plain_text(doc: str | None) -> str:
@@ -216,25 +217,6 @@ _CONFIG_HELP = ("Kafka client settings in a Java properties file, as Kafka's own
 _STORAGE_HELP = ("a storage option for locations on object stores, as the source's stateStorage.KEY "
                  "(repeatable; wins over the file's; prefer the file for credentials, which a command line shows "
                  "to other users of the machine)")
-_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
-_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
-_OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-_KERBEROS = "com.sun.security.auth.module.Krb5LoginModule"
-#: Per login module, each option of sasl.jaas.config and the librdkafka setting it becomes (None: none needed).
-_JAAS_OPTIONS: dict[str, dict[str, str | None]] = {
-    _PLAIN: {"username": "sasl.username", "password": "sasl.password"},
-    _SCRAM: {"username": "sasl.username", "password": "sasl.password"},
-    _OAUTH: {"clientId": "sasl.oauthbearer.client.id", "clientSecret": "sasl.oauthbearer.client.secret",
-             "scope": "sasl.oauthbearer.scope"},
-    _KERBEROS: {"keyTab": "sasl.kerberos.keytab", "principal": "sasl.kerberos.principal",
-                "serviceName": "sasl.kerberos.service.name", "useKeyTab": None, "storeKey": None,
-                "doNotPrompt": None},
-}
-_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)\b(?P<options>.*?);?\s*$",
-                   re.S)
-_JAAS_OPTION = re.compile(r'\s*(?P<name>\w+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s";]+))', re.S)
-_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
-_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _BLANK = " \t\f"
 #: Storage option values that say nothing secret and would garble output if hidden everywhere.
 _PLAIN_VALUES = {"true", "false", "none", "null", "etag", "dynamodb"}
@@ -291,11 +273,7 @@ def _entry(line: str) -> tuple[str, str]:
     rest = line[end:].lstrip(_BLANK)
     if rest[:1] in ("=", ":"):
         rest = rest[1:].lstrip(_BLANK)
-    return _unescape(line[:end]), _unescape(rest)
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else _ESCAPED.get(m[1], m[1]), text)
+    return unescape_java(line[:end]), unescape_java(rest)
 
 
 def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -> ClientSettings:
@@ -322,119 +300,6 @@ def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -
     kafka = {(k[len(_KAFKA_PREFIX):] if k.lower().startswith(_KAFKA_PREFIX) else k): v
              for k, v in entries.items() if not k.lower().startswith(STORAGE_PREFIX)}
     return ClientSettings(translate_java_settings(kafka, f"--command-config {path}") if kafka else {}, storage)
-
-
-def translate_java_settings(settings: Mapping[str, str], where: str = "the client settings") -> dict[str, str]:
-    """Kafka Java client settings as librdkafka takes them; librdkafka's own names pass unchanged.
-
-    ``sasl.jaas.config`` becomes ``sasl.username`` / ``sasl.password`` (PLAIN, SCRAM), the
-    OAUTHBEARER OIDC client settings or the Kerberos keytab and principal; a PEM truststore
-    ``ssl.ca.location``; a PKCS#12 keystore keeps its names, a PEM one becomes certificate and
-    key locations; an empty ``ssl.endpoint.identification.algorithm`` becomes ``none``. Anything
-    librdkafka cannot take (JKS stores, other login modules, unknown settings) is an OptionError
-    naming ``where`` and the setting; the result is checked by building a client, without connecting.
-    """
-    from sharegroup_source.kafka.clients import refuse_java_settings
-    from sharegroup_source.options import _check_kafka
-
-    rest = dict(settings)
-    out: dict[str, str] = {}
-    jaas = rest.pop("sasl.jaas.config", None)
-    if jaas is not None:
-        module = _translate_jaas(jaas, out, where)
-        if module == _OAUTH:
-            out["sasl.oauthbearer.method"] = "oidc"
-            rest.pop("sasl.login.callback.handler.class", None)  # Java's OIDC handler: librdkafka's oidc method
-    origins = dict.fromkeys(out, "sasl.jaas.config")  # librdkafka's setting -> the file's, for messages
-    translated = set(out)
-    _translate_stores(rest, out, where)
-    origins.update({key: "ssl.truststore.location" if key == "ssl.ca.location" else "ssl.keystore.location"
-                    for key in set(out) - translated if key.endswith(".location")})
-    if rest.get("ssl.endpoint.identification.algorithm") == "":
-        rest["ssl.endpoint.identification.algorithm"] = "none"  # Java's "off"
-    out.update(rest)
-    try:
-        refuse_java_settings(out)
-        _check_kafka(out, out, None, share_consumer=False)
-    except OptionError as error:  # the source's wording names source options (kafka.X): name the file's settings
-        message = str(error).replace("option 'kafka.", f"{where}: setting '").replace("kafka.", "")
-        for target, source in origins.items():
-            message = message.replace(f"setting '{target}'", f"setting '{source}' (librdkafka's {target})")
-        raise OptionError(message) from None
-    return out
-
-
-def _translate_jaas(jaas: str, out: dict[str, str], where: str) -> str:
-    """A JAAS login module line as librdkafka settings; returns the module. Values are never quoted back."""
-    match = _JAAS.match(jaas)
-    if match is None:
-        raise OptionError(f"{where}: setting 'sasl.jaas.config' is not one login module line "
-                          "(<LoginModule class> required name=\"value\" ...;); its value is not shown")
-    module, options = match["module"], match["options"]
-    known = _JAAS_OPTIONS.get(module)
-    if known is None:
-        raise OptionError(f"{where}: setting 'sasl.jaas.config' uses the login module {module}, which librdkafka "
-                          f"has no equivalent of; supported: {', '.join(sorted(_JAAS_OPTIONS))}")
-    at = 0
-    for option in _JAAS_OPTION.finditer(options):
-        if options[at:option.start()].strip():
-            break
-        at = option.end()
-        name = option["name"]
-        if name not in known:
-            raise OptionError(f"{where}: setting 'sasl.jaas.config': option {name} of {module} has no librdkafka "
-                              f"equivalent; supported: {', '.join(known)}")
-        setting = known[name]
-        if setting is not None:
-            out[setting] = _unescape(option["quoted"]) if option["quoted"] is not None else option["bare"]
-    if options[at:].strip():
-        raise OptionError(f"{where}: setting 'sasl.jaas.config' has text after its options that is not "
-                          "name=\"value\" (its value is not shown)")
-    return module
-
-
-def _translate_stores(rest: dict[str, str], out: dict[str, str], where: str) -> None:
-    """Java's trust and key stores as librdkafka's PEM and PKCS#12 settings; JKS is refused, naming the setting."""
-    trust_type = rest.pop("ssl.truststore.type", None)
-    trust = rest.pop("ssl.truststore.location", None)
-    trust_password = rest.pop("ssl.truststore.password", None)
-    if "ssl.truststore.certificates" in rest:
-        out["ssl.ca.pem"] = rest.pop("ssl.truststore.certificates")
-    if trust is not None:
-        kind = (trust_type or ("PEM" if trust.lower().endswith((".pem", ".crt", ".cer")) else "JKS")).upper()
-        if kind != "PEM":
-            raise OptionError(
-                f"{where}: setting 'ssl.truststore.location' is a {kind} truststore (ssl.truststore.type "
-                f"{'=' + kind if trust_type else 'unset: JKS'}), which librdkafka cannot read: export its CA "
-                "certificate as PEM (keytool -exportcert -rfc -keystore truststore.jks -alias <ca> -file ca.pem) and "
-                "set ssl.truststore.type=PEM with ssl.truststore.location=ca.pem (Kafka's tools read that too), or "
-                "librdkafka's ssl.ca.location=ca.pem")
-        out["ssl.ca.location"] = trust  # a PEM truststore has no password: trust_password is not needed
-    del trust_password
-    key_type = rest.pop("ssl.keystore.type", None)
-    keystore = rest.pop("ssl.keystore.location", None)
-    key_password = rest.pop("ssl.keystore.password", None)
-    if "ssl.keystore.certificate.chain" in rest:
-        out["ssl.certificate.pem"] = rest.pop("ssl.keystore.certificate.chain")
-    if "ssl.keystore.key" in rest:
-        out["ssl.key.pem"] = rest.pop("ssl.keystore.key")
-    if keystore is None:
-        return
-    kind = (key_type or ("PKCS12" if keystore.lower().endswith((".p12", ".pfx")) else
-                         "PEM" if keystore.lower().endswith(".pem") else "JKS")).upper()
-    if kind == "PKCS12":
-        out["ssl.keystore.location"] = keystore
-        if key_password is not None:
-            out["ssl.keystore.password"] = key_password
-    elif kind == "PEM":  # one file with the certificate chain and the private key (ssl.key.password decrypts it)
-        out["ssl.certificate.location"] = keystore
-        out["ssl.key.location"] = keystore
-    else:
-        raise OptionError(
-            f"{where}: setting 'ssl.keystore.location' is a {kind} keystore, which librdkafka cannot read: convert "
-            "it to PKCS#12 (keytool -importkeystore -srckeystore keystore.jks -destkeystore client.p12 "
-            "-deststoretype PKCS12) and set ssl.keystore.type=PKCS12, or give PEM files (ssl.certificate.location, "
-            "ssl.key.location)")
 
 
 class _Scrubbed:

@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from deltalake import DeltaTable
@@ -33,9 +33,6 @@ from sharegroup_source.errors import OptionError
 from sharegroup_source.redaction import redact_location
 from state_store.commit_probe import NonAtomicStoreError, check_commits
 from state_store.storage_errors import storage_detail, storage_problem
-
-if TYPE_CHECKING:  # options resolves its locations here
-    from sharegroup_source.options import SourceOptions
 
 __all__ = ["DBFS_MOUNT", "DELTA_SCHEMES", "STORAGE_PREFIX", "check_location", "check_source_locations",
            "resolve_location", "storage_options_of"]
@@ -132,13 +129,11 @@ def _unusable(option: str, location: str, exc: BaseException, otherwise: str) ->
     return OptionError(f"option '{option}': {shown}: {storage_problem(exc) or otherwise} ({detail})")
 
 
-def check_source_locations(options: SourceOptions) -> None:
-    """Every location of a source checked, with its storage options, before the driver joins the group."""
-    check_location("stateLocation", options.state_location, options.storage_options)
-    if options.dead_letter_location is not None:
-        check_location("deadLetterLocation", options.dead_letter_location, options.storage_options)
-    if options.group_location is not None:
-        check_location("groupLocation", options.group_location, options.storage_options)
+def check_source_locations(locations: Mapping[str, str], storage_options: Mapping[str, str]) -> None:
+    """Every location of a source (option name -> location) checked, with its storage options, before the driver
+    joins the group."""
+    for option, location in locations.items():
+        check_location(option, location, storage_options)
 
 
 def _check_local(option: str, shown: str, path: str) -> None:

@@ -7,25 +7,21 @@ notebook cell far from the code that set it.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from confluent_kafka import Consumer, KafkaException, ShareConsumer
-
-from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, share_consumer_config
 from sharegroup_source.errors import OptionError
-from sharegroup_source.executor.offset_reader import SHARE_GROUP_ISOLATION, replay_consumer_config
-from sharegroup_source.kafka.clients import refuse_java_settings
 from sharegroup_source.kafka.group_configs import (
     DELTA_GROUP_CONFIGS,
     GROUP_CONFIG_PREFIX,
     SHARE_GROUP_CONFIGS,
     check_config_key,
 )
+from sharegroup_source.kafka.java_settings import refuse_java_settings
+from sharegroup_source.kafka.settings import SHARE_GROUP_ISOLATION, check_kafka_settings
 from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
-from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret, redact, redact_location
+from sharegroup_source.redaction import redact, redact_location
 
 __all__ = ["STARTING_OFFSETS", "SourceOptions", "StateOptions"]
 
@@ -166,8 +162,8 @@ class SourceOptions:
             storage_options=state.storage_options,
         )
         # load() parses: a kafka.* value the clients would refuse fails there, not at start()
-        _check_kafka(parsed.client_config, parsed.replay_config, parsed.max_poll_records,
-                     share_consumer=coordinator == "broker")
+        check_kafka_settings(parsed.client_config, parsed.replay_config, parsed.max_poll_records,
+                             share_consumer=coordinator == "broker")
         return parsed
 
     @property
@@ -181,6 +177,13 @@ class SourceOptions:
         """The replay reader's configuration: it must read what the share group delivered, so
         ``isolation.level`` is read_uncommitted (the group default) unless the user set it."""
         return {**self.client_config, "isolation.level": self.kafka.get("isolation.level", SHARE_GROUP_ISOLATION)}
+
+    @property
+    def locations(self) -> dict[str, str]:
+        """The Delta locations the source uses, by option name: each is checked before the driver joins the group."""
+        named = {"stateLocation": self.state_location, "deadLetterLocation": self.dead_letter_location,
+                 "groupLocation": self.group_location}
+        return {option: location for option, location in named.items() if location is not None}
 
     @property
     def group_location_shown(self) -> str | None:
@@ -382,71 +385,3 @@ def _boolean(options: Mapping[str, Any], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
     return text == "true"
-
-
-# -- kafka.* checked by librdkafka itself ---------------------------------------------------------
-#: Settings a check client must not act on: with no brokers it connects nowhere, and an OIDC
-#: token is not fetched at load() (its method is checked as "default", its other settings as given).
-_NO_BROKERS = ("bootstrap.servers", "metadata.broker.list")
-#: librdkafka names some settings by their alias: map them back to the user's spelling.
-_ALIASES = {"request.required.acks": "acks", "topic.metadata.refresh.interval.ms": "metadata.max.age.ms"}
-#: Where librdkafka names the setting, most specific first; the last is any dotted setting name.
-_NAMED = (re.compile(r'[Cc]onfiguration property:? "([^"]+)"'), re.compile(r"`([^`]+)`"),
-          re.compile(r"expected ([a-z_]+) property"),
-          re.compile(r"\b([a-z0-9_]+(?:\.[a-z0-9_]+)+)\b"))
-#: Complaints that name no setting, by a phrase of theirs.
-_PHRASES = {"SASL mechanism": "sasl.mechanism"}
-_QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
-
-
-def _check_kafka(share_config: Mapping[str, str], replay_config: Mapping[str, str], max_poll_records: int | None, *,
-                 share_consumer: bool) -> None:
-    """Build the clients the source will build (a share consumer only for the broker coordinator, and the
-    plain consumer that reads offsets), without brokers, and close them: librdkafka refuses unknown
-    settings, bad values and bad combinations (missing certificate files included) at creation."""
-    user = {**share_config, **replay_config}
-    clients: list[tuple[Any, Mapping[str, Any]]] = [(Consumer, replay_consumer_config(replay_config))]
-    if share_consumer:
-        clients.insert(0, (ShareConsumer, share_consumer_config(share_config, max_poll_records or MAX_RECORD_LOCKS)))
-    for client, config in clients:
-        try:
-            client(_without_side_effects(config)).close()
-        except (KafkaException, ValueError, TypeError) as error:
-            raise OptionError(_kafka_message(error, user)) from None
-
-
-def _without_side_effects(config: Mapping[str, Any]) -> dict[str, Any]:
-    checked = {"log_level": 0, **config}  # the real clients log their own warnings at start
-    for key in _NO_BROKERS:
-        checked.pop(key, None)
-    if str(checked.get("sasl.oauthbearer.method", "")).lower() == "oidc":
-        checked["sasl.oauthbearer.method"] = "default"
-    return checked
-
-
-def _kafka_message(error: Exception, user: Mapping[str, str]) -> str:
-    """librdkafka's complaint, naming the ``kafka.`` option and never printing a secret value."""
-    text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
-    text = _QUOTED_VALUE.sub("Invalid value for", text.strip())
-    key = _culprit(text, user)
-    if key is None:
-        message = f"the kafka.* options are refused by the Kafka client: {text}"
-    else:
-        shown = "" if is_secret(key) or key not in user or "Invalid value" not in text else f" (got {user[key]!r})"
-        message = f"option 'kafka.{key}': {text}{shown}"
-    for value in {v for k, v in user.items() if is_scrubbed(k) and len(v) >= 3}:
-        message = message.replace(value, REDACTED)  # a secret pasted into the wrong setting, too
-    return message
-
-
-def _culprit(text: str, user: Mapping[str, str]) -> str | None:
-    """The setting librdkafka names, in the user's spelling when the user set it."""
-    for pattern in _NAMED:
-        match = pattern.search(text)
-        if match:
-            return _as_written(_ALIASES.get(match[1], match[1]), user)
-    return next((_as_written(name, user) for phrase, name in _PHRASES.items() if phrase in text), None)
-
-
-def _as_written(name: str, user: Mapping[str, str]) -> str:
-    return next((key for key in user if key.lower() == name.lower()), name)

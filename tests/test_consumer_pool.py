@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sharegroup_source.executor import consumer_pool
 from sharegroup_source.executor.consumer_pool import ConsumerPool
-from sharegroup_source.executor.offset_reader import OffsetRangeReader, replay_consumer_config
-from sharegroup_source.kafka.clients import consumer_config
+from sharegroup_source.executor.offset_reader import OffsetRangeReader
+from sharegroup_source.kafka.settings import consumer_config, replay_consumer_config
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
 

@@ -6,8 +6,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from sharegroup_source.errors import AuthenticationError, AuthorizationError, ClusterError
-from sharegroup_source.kafka.clients import is_transient, retry_transient
 from sharegroup_source.kafka.errors import principal_of, refusal
+from sharegroup_source.kafka.transient import is_transient, retry_transient
 
 SCRAM = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
          "sasl.username": "alice", "sasl.password": "hunter2-Secret"}

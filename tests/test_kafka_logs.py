@@ -15,8 +15,9 @@ from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError, OptionError
-from sharegroup_source.kafka.clients import CONSUMER_ONLY, KAFKA_LOGGER, ClientLog, admin_config
+from sharegroup_source.kafka.client_log import KAFKA_LOGGER, ClientLog
 from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.kafka.settings import CONSUMER_ONLY, admin_config
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
@@ -150,7 +151,7 @@ def test_kafka_debug_turns_the_client_debug_log_on() -> None:
     switch. A fresh process, as that worker is: no logging configured."""
     script = textwrap.dedent(f"""
         from confluent_kafka import Consumer
-        from sharegroup_source.kafka.clients import consumer_config
+        from sharegroup_source.kafka.settings import consumer_config
         for debug in ("", "broker"):
             config = {{"bootstrap.servers": "127.0.0.1:{closed_port()}", "group.id": "g", "debug": debug}}
             consumer = Consumer(consumer_config(config) if debug else consumer_config(

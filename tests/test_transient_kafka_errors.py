@@ -15,9 +15,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka.clients import TRANSIENT_BOUND_S, is_transient, retry_transient
-from sharegroup_source.kafka.log_bounds import LogBounds
-from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.kafka.metadata import LogBounds, partition_counts
+from sharegroup_source.kafka.transient import TRANSIENT_BOUND_S, is_transient, retry_transient
 
 
 def test_an_election_s_errors_are_waited_out_on_a_fresh_client():

@@ -1,4 +1,5 @@
-"""One Kafka cluster as the admin reads it through confluent-kafka: Metadata and ListOffsets, never a
+"""One Kafka cluster as the admin reads it through confluent-kafka: Metadata and ListOffsets (through
+:class:`~sharegroup_source.kafka.metadata.LogBounds`, the connector's one reader of log offsets), never a
 group membership; and what a reset computes from them (the new start offsets, within the log)."""
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.admin.model import KAFKA_TIMEOUT_S, Key, _iso, _utc
+from sharegroup_source.admin.model import KAFKA_TIMEOUT_S, Key, as_utc, iso_time
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka.clients import admin_config
-from sharegroup_source.kafka.log_bounds import LogBounds
+from sharegroup_source.kafka.metadata import LogBounds
+from sharegroup_source.kafka.settings import admin_config
 
 __all__ = ["Cluster", "describe_target", "kafka_config", "new_offsets", "parse_topic_spec", "topic_keys"]
 
@@ -47,11 +48,8 @@ class Cluster:
 
     def offsets_at(self, keys: Sequence[Key], when: datetime) -> dict[Key, int]:
         """The first offset at or after ``when`` per partition; -1 where no record is that late."""
-        spec = OffsetSpec.for_timestamp(int(_utc(when).timestamp() * 1000))
-        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in keys},
-                                           request_timeout=KAFKA_TIMEOUT_S)
         try:
-            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+            return LogBounds(self._config, KAFKA_TIMEOUT_S).first_at(keys, int(as_utc(when).timestamp() * 1000))
         except KafkaException as error:
             raise ClusterError(f"cannot read offsets by time at bootstrap.servers={self._servers}: "
                                f"{error.args[0].str()}") from None
@@ -119,6 +117,6 @@ def new_offsets(to: str | int | datetime, keys: Sequence[Key], cluster: Cluster)
 
 def describe_target(to: str | int | datetime) -> str:
     if isinstance(to, datetime):
-        return _iso(to)
+        return iso_time(to)
     return f"offset {to}" if isinstance(to, int) else str(to)
 

@@ -6,15 +6,12 @@ Chosen once, from the ``coordinator`` option, when a query run's driver starts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sharegroup_source.coordinators.base import Coordinator, Failures
 from sharegroup_source.coordinators.broker import BrokerCoordinator
 from sharegroup_source.coordinators.delta import DeltaCoordinator
+from sharegroup_source.options import SourceOptions
 from state_store.progress import ProgressTable
-
-if TYPE_CHECKING:  # options imports the broker's client configuration
-    from sharegroup_source.options import SourceOptions
 
 __all__ = ["Coordinator", "Failures", "open_coordinator"]
 

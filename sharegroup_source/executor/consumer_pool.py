@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
-from sharegroup_source.kafka.clients import consumer_config
+from sharegroup_source.kafka.settings import consumer_config
 
 __all__ = ["DEFAULT_CAPACITY", "IDLE_TIMEOUT_S", "ConsumerPool", "consumer_pool"]
 

@@ -17,20 +17,12 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from sharegroup_source.executor.consumer_pool import ConsumerPool, consumer_pool
-from sharegroup_source.kafka.clients import is_transient
 from sharegroup_source.kafka.errors import refusal
+from sharegroup_source.kafka.settings import REPLAY_CONSUME_BATCH, replay_consumer_config
+from sharegroup_source.kafka.transient import is_transient
 
-__all__ = ["REPLAY_GROUP_ID", "OffsetRangeReader", "RangeResult", "replay_consumer_config"]
+__all__ = ["OffsetRangeReader", "RangeResult"]
 
-#: Never the share group's id: a classic member under that id would clash with it.
-REPLAY_GROUP_ID = "sharegroup-replay"
-#: What a share group delivers unless its ``share.isolation.level`` says otherwise (Kafka's
-#: default). A plain consumer defaults to read_committed instead, and would stop at the last
-#: stable offset before records of an open transaction that the group already delivered.
-SHARE_GROUP_ISOLATION = "read_uncommitted"
-
-#: Records taken from the client per call: one Python call per fetch, not per record.
-_CONSUME_BATCH = 10_000
 #: How long one consume call waits to fill its batch. A call returns early only once the batch is
 #: full, so a read that ends at the log's end, where fewer records come than offsets were asked
 #: for (gaps, lost records), waits this long once; a short wait just makes the loop go round again.
@@ -174,7 +166,7 @@ class OffsetRangeReader:
                 raise TimeoutError(f"replaying {shown} at bootstrap.servers={self._config.get('bootstrap.servers', '')}"
                                    f": not read after {self._timeout_s:.0f}s")
             budget = sum(read.last - read.position + 1 for read in open_)
-            messages = consumer.consume(min(budget, _CONSUME_BATCH), _CONSUME_WAIT_S)
+            messages = consumer.consume(min(budget, REPLAY_CONSUME_BATCH), _CONSUME_WAIT_S)
             errors = list(map(Message.error, messages))
             start = 0
             for at in [at for at, error in enumerate(errors) if error is not None]:
@@ -210,44 +202,6 @@ class OffsetRangeReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The plain consumer's librdkafka configuration for ``config`` (the source's ``kafka.*``).
-
-    Shared with the option check at ``load()``, so a setting this consumer would refuse on an
-    executor is refused on the driver first. ``isolation.level`` is the user's if given (a group
-    set to read_committed), else what a share group delivers by default.
-    """
-    return {
-        "isolation.level": SHARE_GROUP_ISOLATION,
-        # a reader assigns anew for each read, and the new position's first fetch waits for the previous
-        # one, a long poll at the log end: each read but the first took 500 ms (the default). A read stops
-        # at the log end, so long polls gain nothing here.
-        "fetch.wait.max.ms": 10,
-        # a read takes tens of thousands of records from one partition; once the client's fetch queue held more
-        # than a read asks for at once, its next fetch waited a second (the default): a 100,000-record batch of
-        # 2 partitions spent 788 ms in addBatch, 398 ms with 10 (Apache Kafka 4.3.1, 2026-11-24)
-        "fetch.queue.backoff.ms": 10,
-        # a fetch brings up to this much of each partition, and a read of a partition's range takes every record the
-        # fetch brought into Python, also those past the range: with the default (1 MiB) a task reading 6,250
-        # records of each of 8 partitions took 10,000 of each, 101 ms against 66 ms with 256 KiB, while one range of
-        # 25,000 records read as fast either way (64-67 ms; Apache Kafka 4.3.1, 64 B records, 2026-11-26). A record
-        # larger than this is still fetched whole: librdkafka grows the size for it.
-        "max.partition.fetch.bytes": 262_144,
-        # librdkafka fetches ahead until each partition's queue holds this many records (100,000 by default), far
-        # past a read's last offset: its fetch thread parsed records nobody takes. One consume call's worth ahead
-        # keeps the reads fed: a task of 8 partitions x 6,250 records took 41-42 ms of process CPU against 54-62,
-        # one partition's 50,000 records 36-37 ms against 46-55, as fast or faster (Apache Kafka 4.3.1,
-        # 64 B records, 2026-11-26; 5,000 starved the single-partition read: 76-79 ms against 50-51)
-        "queued.min.messages": _CONSUME_BATCH,
-        **config,
-        "group.id": REPLAY_GROUP_ID,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-    }
 
 
 def _on_event(error: KafkaError, message: Message, reads: Mapping[tuple[str, int], _Read], open_: list[_Read],

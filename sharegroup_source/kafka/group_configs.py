@@ -24,8 +24,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
 from sharegroup_source.errors import ClusterError, GroupConfigError, OptionError
-from sharegroup_source.kafka.clients import admin_config
 from sharegroup_source.kafka.errors import refusal
+from sharegroup_source.kafka.settings import admin_config
 
 __all__ = ["DELTA_GROUP_CONFIGS", "GROUP_CONFIG_PREFIX", "SHARE_GROUP_CONFIGS", "ConfigChange", "GroupConfig",
            "already_started", "alter_group_configs", "asked_by", "check_config_key", "describe_group_configs",

@@ -1,28 +1,34 @@
-"""Cluster metadata the driver asks for: partition counts before a share consumer joins, log offsets, a group's
-configuration.
+"""What the connector reads of a cluster without joining a group: partition counts before a member joins, where
+each partition's log starts and ends, a group's start.
 
 A share consumer subscribed to a missing topic, or pointed at a dead address, waits
 silently; users deserve one clear line instead, within a bounded time.
+
+Log offsets are read one way, here (:class:`LogBounds`): the Delta coordinator's acquisitions, the driver's
+AvailableNow end and its hint about an empty start, and the admin's describe and reset all ask ListOffsets on
+an admin client. An acquisition locks offset ranges, not records, so it needs the log's bounds, never a fetch.
+Both bounds of every partition are asked in two batched requests (one per bound), not one per partition, so a
+many-partition group costs the same round trips as one.
+
+A leader that moves (a broker killed or restarted) answers for a few seconds with errors such as
+FENCED_LEADER_EPOCH; those are asked again, on a new admin client, for up to ``retry_s``, so an
+acquisition waits out an election instead of failing the query (tests/test_cluster_faults.py kills
+leaders mid-stream). The kept client would not do: it kept its stale leader epoch for a minute.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType
 
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka.clients import (
-    TRANSIENT_BOUND_S,
-    admin_config,
-    consumer_config,
-    is_transient,
-    retry_transient,
-)
 from sharegroup_source.kafka.errors import Refusals, refusal
+from sharegroup_source.kafka.settings import admin_config
+from sharegroup_source.kafka.transient import TRANSIENT_BOUND_S, is_transient, retry_transient
 
 #: How soon a topic whose leader is being elected is asked about again.
 _ASK_AGAIN_S = 0.5
@@ -32,7 +38,10 @@ _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["check_login", "group_start", "log_end_offsets", "log_offsets", "partition_counts"]
+__all__ = ["Key", "LogBounds", "check_login", "group_start", "log_end_offsets", "log_offsets", "partition_counts"]
+
+#: A topic-partition (a share-partition, to a share group): (topic, partition).
+Key = tuple[str, int]
 
 
 def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 15.0, needs: str = "",
@@ -113,31 +122,78 @@ def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: st
         admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
 
 
+class LogBounds:
+    """A kept admin client answering (log start, log end) for many partitions at once.
+
+    The log end is the high watermark, or the last stable offset when ``isolation.level`` is
+    read_committed: a member must not lock offsets the group could not deliver yet. ``needs``: what the
+    caller needs of the cluster, said with an authorization error.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 15.0, retry_s: float = TRANSIENT_BOUND_S,
+                 needs: str = ""):
+        self._config = config
+        self._committed = str(config.get("isolation.level", "read_uncommitted")) == "read_committed"
+        self._admin_config = admin_config(config)
+        self._admin = AdminClient(self._admin_config)
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+        self._needs = needs
+        self._servers = config.get("bootstrap.servers", "")
+
+    def of(self, partitions: Mapping[str, int]) -> dict[Key, tuple[int, int]]:
+        """(log start, log end) of every partition of ``partitions`` (topic -> partition count)."""
+        keys = [(topic, p) for topic, count in partitions.items() for p in range(count)]
+        def ask() -> dict[Key, tuple[int, int]]:
+            starts = self._ask(keys, OffsetSpec.earliest())
+            ends = self._ask(keys, OffsetSpec.latest())
+            return {key: (starts[key], ends[key]) for key in keys}
+
+        return retry_transient(ask, "read log offsets", self._servers, self._retry_s, before_retry=self._new_client,
+                               explain=lambda error: self._explain(error, partitions))
+
+    def first_at(self, keys: Sequence[Key], timestamp_ms: int) -> dict[Key, int]:
+        """The first offset at or after ``timestamp_ms`` (milliseconds since the epoch) of each partition of
+        ``keys``; -1 where no record is that late. Asked once: a failure is the client's KafkaException."""
+        return self._ask(keys, OffsetSpec.for_timestamp(timestamp_ms))
+
+    def _explain(self, error: KafkaError, partitions: Mapping[str, int]) -> Exception | None:
+        """A refusal, or what the topics' metadata says: a principal that lost DESCRIBE on a topic, or a deleted
+        topic, meets "No leaders found" from ListOffsets, which names neither."""
+        refused = refusal(error, self._config, "DESCRIBE", topics=list(partitions), needs=self._needs)
+        if refused is None:
+            partition_counts(self._config, partitions, needs=self._needs)  # raises what is wrong with them
+        return refused
+
+    def _new_client(self) -> None:
+        """A fresh admin client, with fresh metadata: the kept one keeps asking the old leader epoch."""
+        self._admin = AdminClient(self._admin_config)
+
+    def _ask(self, keys: Sequence[Key], spec: OffsetSpec) -> dict[Key, int]:
+        isolation = IsolationLevel.READ_COMMITTED if self._committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in keys}, isolation_level=isolation,
+                                           request_timeout=self._timeout_s)
+        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+
 def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
-                    ) -> dict[tuple[str, int], int]:
-    """High watermark of every partition of ``partitions`` (topic -> partition count)."""
+                    ) -> dict[Key, int]:
+    """Log end of every partition of ``partitions`` (topic -> partition count), as :func:`log_offsets` reads it."""
     return {key: end for key, (_, end) in log_offsets(config, partitions, timeout_s).items()}
 
 
 def log_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,
-                ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(log start, high watermark) of every partition of ``partitions`` (topic -> partition count); a leader that
-    moves is waited for (``retry_transient``); any failure is a ClusterError."""
+                ) -> dict[Key, tuple[int, int]]:
+    """(log start, log end) of every partition of ``partitions`` (topic -> partition count), on a new
+    :class:`LogBounds`; a leader that moves is waited for; any failure is a ClusterError."""
     servers = config.get("bootstrap.servers", "")
     try:
-        consumer = Consumer(consumer_config({**config, "group.id": "sharegroup-metadata", "enable.auto.commit": False}))
+        bounds = LogBounds(config, timeout_s)
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         raise ClusterError(f"cannot read log offsets at bootstrap.servers={servers}: "
                            f"{error.str() if isinstance(error, KafkaError) else error}") from None
-    try:
-        return retry_transient(
-            lambda: {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-                     for topic, count in partitions.items() for p in range(count)},
-            "read log offsets", servers,
-            explain=lambda error: refusal(error, config, "DESCRIBE", topics=list(partitions)))
-    finally:
-        consumer.close()
+    return bounds.of(partitions)
 
 
 def group_start(config: Mapping[str, Any], group_id: str, timeout_s: float = 3.0) -> str | None:

@@ -33,10 +33,9 @@ from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from sharegroup_source.admin.model import Key
 from sharegroup_source.errors import AuthenticationError, ClusterError, OptionError, TlsError
 from sharegroup_source.kafka.errors import refusal
-from sharegroup_source.kafka.metadata import check_login
+from sharegroup_source.kafka.metadata import Key, check_login
 from sharegroup_source.kafka.share_requests import (
     SHARE_APIS,
     Coordinator,

@@ -18,7 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest
 
 import sharegroup_source.kafka.messages as messages
-from sharegroup_source.admin.model import Key
+from sharegroup_source.kafka.metadata import Key
 
 __all__ = ["EARLIEST", "LATEST", "SHARE_APIS", "Coordinator", "DescribedShareGroup", "Failed", "ShareMember",
            "StartOffset", "alter_request", "delete_groups_request", "delete_offsets_request", "describe_request",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -20,11 +20,9 @@ from sharegroup_source.coordinators.broker.group_setup import set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.kafka.metadata import group_start
+from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store.progress import ProgressTable
-
-if TYPE_CHECKING:  # options imports the broker's client configuration
-    from sharegroup_source.options import SourceOptions
 
 __all__ = ["BrokerCoordinator"]
 

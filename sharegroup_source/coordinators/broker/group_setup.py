@@ -11,7 +11,6 @@ which Kafka allows only while the group is empty).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from sharegroup_source.admin.model import KAFKA_TIMEOUT_S
 from sharegroup_source.errors import ClusterError
@@ -23,9 +22,7 @@ from sharegroup_source.kafka.group_configs import (
 )
 from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import Failed
-
-if TYPE_CHECKING:  # options imports the broker's client configuration
-    from sharegroup_source.options import SourceOptions
+from sharegroup_source.options import SourceOptions
 
 __all__ = ["set_up_group"]
 

@@ -17,20 +17,17 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 
 from sharegroup_source.acks import Ack, AckRun, AckType, runs_of
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka.clients import consumer_config
 from sharegroup_source.kafka.errors import is_refusal, refusal
 from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.kafka.settings import MAX_RECORD_LOCKS, consumer_config, share_consumer_config
 from sharegroup_source.redaction import redact
 
-__all__ = ["AckResult", "ShareClient", "share_consumer_config"]
+__all__ = ["AckResult", "ShareClient"]
 
 log = logging.getLogger(__name__)
 
 #: Longest a stop waits for the share consumer to leave the group.
 CLOSE_TIMEOUT_S = 30.0
-#: Records per subscribed partition one poll asks for: five times Kafka's default in-flight window
-#: (``share.partition.max.record.locks``, 2,000), so the group's window, not the client, bounds a poll.
-MAX_RECORD_LOCKS = 10_000
 #: What a member of a broker-coordinated share group needs, said with any authorization error.
 NEEDS = "a share-group member needs READ on its GROUP and READ on each subscribed TOPIC"
 #: librdkafka's largest ``max.poll.records``
@@ -162,12 +159,6 @@ def poll_size(partitions: Mapping[str, int]) -> int:
     may give up to ``MAX_RECORD_LOCKS`` records (the broker acquires at most its group's
     ``share.partition.max.record.locks`` and whole producer batches; bytes are bounded by ``fetch.max.bytes``)."""
     return min(max(sum(partitions.values()), 1) * MAX_RECORD_LOCKS, _MAX_POLL_RECORDS)
-
-
-def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:
-    """The member's librdkafka configuration: the user's, with explicit acknowledgement (one poll
-    is one epoch) and the poll size. Shared with the option check at ``load()``."""
-    return {**config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
 
 
 def _describe(error: Exception) -> str:

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -24,13 +23,11 @@ from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Outcome, Settled
 from sharegroup_source.coordinators.delta.group_setup import set_up_group
 from sharegroup_source.coordinators.delta.member import GroupMember, Held
+from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS
 from state_store import AckType
 from state_store.group import GroupStore
 from state_store.progress import ProgressTable
-
-if TYPE_CHECKING:  # options imports the broker's client configuration
-    from sharegroup_source.options import SourceOptions
 
 __all__ = ["DeltaCoordinator", "positions", "query_member_prefix"]
 

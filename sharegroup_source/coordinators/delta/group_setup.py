@@ -9,13 +9,10 @@ group has no position in the subscribed topics).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from sharegroup_source.kafka.group_configs import DELTA_GROUP_CONFIGS, already_started, asked_by
+from sharegroup_source.options import SourceOptions
 from state_store.group import GroupStore
-
-if TYPE_CHECKING:  # options imports the broker's client configuration
-    from sharegroup_source.options import SourceOptions
 
 __all__ = ["set_up_group"]
 

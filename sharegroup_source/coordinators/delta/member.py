@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
-from sharegroup_source.kafka.log_bounds import NEEDS, LogBounds
-from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.kafka.metadata import LogBounds, partition_counts
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance
@@ -34,6 +33,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, int]
+#: What a member of a Delta-coordinated group needs of Kafka, said with any authorization error.
+NEEDS = "coordinator=delta needs READ on each subscribed TOPIC and no GROUP ACL"
 #: Ranges to settle per share-partition: (first, last, how).
 Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
 #: Maintenance (compaction, vacuum) of the group's tables, in the background, after this many of the member's
@@ -59,7 +60,7 @@ class GroupMember:
         self.member_id = member_id
         self._kind = kind
         self.partitions = partition_counts(kafka_config, topics, needs=NEEDS)
-        self._bounds = LogBounds(kafka_config)
+        self._bounds = LogBounds(kafka_config, needs=NEEDS)
         self._keys = [(t, p) for t, n in sorted(self.partitions.items()) for p in range(n)]
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []

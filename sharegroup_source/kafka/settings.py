@@ -1,0 +1,180 @@
+"""Every Kafka client's configuration, in one place: what the connector adds to the user's ``kafka.*``,
+and librdkafka's own check of them at ``load()``.
+
+The user's settings reach four kinds of client: the share consumer (a broker-coordinated group's
+member), the plain consumer that reads offsets back (replays, and every batch of coordinator=delta),
+admin clients and producers. Each gets the connector's log (:mod:`sharegroup_source.kafka.client_log`)
+and only its own kind of settings: an admin client given the consumer's ``group.id`` printed a
+``CONFWARN`` on every run. The option check builds the same clients the source will build, from the
+same functions, without brokers: a setting a client would refuse on an executor is refused on the
+driver first, naming the ``kafka.`` option.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, ShareConsumer
+
+from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka.client_log import client_log, follow_debug
+from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret
+
+__all__ = ["CONSUMER_ONLY", "MAX_RECORD_LOCKS", "REPLAY_CONSUME_BATCH", "REPLAY_GROUP_ID", "SHARE_GROUP_ISOLATION",
+           "admin_config", "check_kafka_settings", "consumer_config", "producer_config", "replay_consumer_config",
+           "share_consumer_config"]
+
+#: librdkafka settings only consumers read: an admin client or producer given one prints a CONFWARN.
+CONSUMER_ONLY = frozenset({
+    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+    "heartbeat.interval.ms", "group.protocol.type", "group.protocol", "group.remote.assignor",
+    "coordinator.query.interval.ms", "max.poll.interval.ms", "max.poll.records", "enable.auto.commit",
+    "auto.commit.enable", "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
+    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms", "fetch.message.max.bytes",
+    "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms",
+    "offset.store.method", "isolation.level", "enable.partition.eof", "check.crcs", "auto.offset.reset",
+    "offset.store.path", "offset.store.sync.interval.ms", "consume.callback.max.messages",
+    "share.acknowledgement.mode"})
+#: Records per subscribed partition one poll asks for: five times Kafka's default in-flight window
+#: (``share.partition.max.record.locks``, 2,000), so the group's window, not the client, bounds a poll.
+MAX_RECORD_LOCKS = 10_000
+#: Never the share group's id: a classic member under that id would clash with it.
+REPLAY_GROUP_ID = "sharegroup-replay"
+#: What a share group delivers unless its ``share.isolation.level`` says otherwise (Kafka's
+#: default). A plain consumer defaults to read_committed instead, and would stop at the last
+#: stable offset before records of an open transaction that the group already delivered.
+SHARE_GROUP_ISOLATION = "read_uncommitted"
+#: Records the offset reader takes from the client per call: one Python call per fetch, not per record.
+REPLAY_CONSUME_BATCH = 10_000
+
+
+def consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A consumer's (share or plain) configuration: ``config`` with the connector's log."""
+    follow_debug(config)
+    return {**config, "logger": client_log()}
+
+
+def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """An admin client's configuration: ``config`` without consumer-only settings, with the connector's log."""
+    follow_debug(config)
+    return {**{k: v for k, v in config.items() if k not in CONSUMER_ONLY}, "logger": client_log()}
+
+
+def producer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A producer's configuration: the same rules as an admin client's."""
+    return admin_config(config)
+
+
+def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:
+    """The member's librdkafka configuration: the user's, with explicit acknowledgement (one poll
+    is one epoch) and the poll size. Shared with the option check at ``load()``."""
+    return {**config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
+
+
+def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The plain consumer's librdkafka configuration for ``config`` (the source's ``kafka.*``).
+
+    Shared with the option check at ``load()``, so a setting this consumer would refuse on an
+    executor is refused on the driver first. ``isolation.level`` is the user's if given (a group
+    set to read_committed), else what a share group delivers by default.
+    """
+    return {
+        "isolation.level": SHARE_GROUP_ISOLATION,
+        # a reader assigns anew for each read, and the new position's first fetch waits for the previous
+        # one, a long poll at the log end: each read but the first took 500 ms (the default). A read stops
+        # at the log end, so long polls gain nothing here.
+        "fetch.wait.max.ms": 10,
+        # a read takes tens of thousands of records from one partition; once the client's fetch queue held more
+        # than a read asks for at once, its next fetch waited a second (the default): a 100,000-record batch of
+        # 2 partitions spent 788 ms in addBatch, 398 ms with 10 (Apache Kafka 4.3.1, 2026-11-24)
+        "fetch.queue.backoff.ms": 10,
+        # a fetch brings up to this much of each partition, and a read of a partition's range takes every record the
+        # fetch brought into Python, also those past the range: with the default (1 MiB) a task reading 6,250
+        # records of each of 8 partitions took 10,000 of each, 101 ms against 66 ms with 256 KiB, while one range of
+        # 25,000 records read as fast either way (64-67 ms; Apache Kafka 4.3.1, 64 B records, 2026-11-26). A record
+        # larger than this is still fetched whole: librdkafka grows the size for it.
+        "max.partition.fetch.bytes": 262_144,
+        # librdkafka fetches ahead until each partition's queue holds this many records (100,000 by default), far
+        # past a read's last offset: its fetch thread parsed records nobody takes. One consume call's worth ahead
+        # keeps the reads fed: a task of 8 partitions x 6,250 records took 41-42 ms of process CPU against 54-62,
+        # one partition's 50,000 records 36-37 ms against 46-55, as fast or faster (Apache Kafka 4.3.1,
+        # 64 B records, 2026-11-26; 5,000 starved the single-partition read: 76-79 ms against 50-51)
+        "queued.min.messages": REPLAY_CONSUME_BATCH,
+        **config,
+        "group.id": REPLAY_GROUP_ID,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+
+
+# -- kafka.* checked by librdkafka itself ---------------------------------------------------------
+#: Settings a check client must not act on: with no brokers it connects nowhere, and an OIDC
+#: token is not fetched at load() (its method is checked as "default", its other settings as given).
+_NO_BROKERS = ("bootstrap.servers", "metadata.broker.list")
+#: librdkafka names some settings by their alias: map them back to the user's spelling.
+_ALIASES = {"request.required.acks": "acks", "topic.metadata.refresh.interval.ms": "metadata.max.age.ms"}
+#: Where librdkafka names the setting, most specific first; the last is any dotted setting name.
+_NAMED = (re.compile(r'[Cc]onfiguration property:? "([^"]+)"'), re.compile(r"`([^`]+)`"),
+          re.compile(r"expected ([a-z_]+) property"),
+          re.compile(r"\b([a-z0-9_]+(?:\.[a-z0-9_]+)+)\b"))
+#: Complaints that name no setting, by a phrase of theirs.
+_PHRASES = {"SASL mechanism": "sasl.mechanism"}
+_QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
+
+
+def check_kafka_settings(share_config: Mapping[str, str], replay_config: Mapping[str, str],
+                         max_poll_records: int | None, *, share_consumer: bool) -> None:
+    """Build the clients the source will build (a share consumer only for the broker coordinator, and the
+    plain consumer that reads offsets), without brokers, and close them: librdkafka refuses unknown
+    settings, bad values and bad combinations (missing certificate files included) at creation.
+    An OptionError names the ``kafka.`` option at fault and never prints a secret."""
+    user = {**share_config, **replay_config}
+    clients: list[tuple[Any, Mapping[str, Any]]] = [(Consumer, replay_consumer_config(replay_config))]
+    if share_consumer:
+        clients.insert(0, (ShareConsumer, share_consumer_config(share_config, max_poll_records or MAX_RECORD_LOCKS)))
+    for client, config in clients:
+        try:
+            client(_without_side_effects(config)).close()
+        except (KafkaException, ValueError, TypeError) as error:
+            raise OptionError(_kafka_message(error, user)) from None
+
+
+def _without_side_effects(config: Mapping[str, Any]) -> dict[str, Any]:
+    checked = {"log_level": 0, **config}  # the real clients log their own warnings at start
+    for key in _NO_BROKERS:
+        checked.pop(key, None)
+    if str(checked.get("sasl.oauthbearer.method", "")).lower() == "oidc":
+        checked["sasl.oauthbearer.method"] = "default"
+    return checked
+
+
+def _kafka_message(error: Exception, user: Mapping[str, str]) -> str:
+    """librdkafka's complaint, naming the ``kafka.`` option and never printing a secret value."""
+    text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
+    text = _QUOTED_VALUE.sub("Invalid value for", text.strip())
+    key = _culprit(text, user)
+    if key is None:
+        message = f"the kafka.* options are refused by the Kafka client: {text}"
+    else:
+        shown = "" if is_secret(key) or key not in user or "Invalid value" not in text else f" (got {user[key]!r})"
+        message = f"option 'kafka.{key}': {text}{shown}"
+    for value in {v for k, v in user.items() if is_scrubbed(k) and len(v) >= 3}:
+        message = message.replace(value, REDACTED)  # a secret pasted into the wrong setting, too
+    return message
+
+
+def _culprit(text: str, user: Mapping[str, str]) -> str | None:
+    """The setting librdkafka names, in the user's spelling when the user set it."""
+    for pattern in _NAMED:
+        match = pattern.search(text)
+        if match:
+            return _as_written(_ALIASES.get(match[1], match[1]), user)
+    return next((_as_written(name, user) for phrase, name in _PHRASES.items() if phrase in text), None)
+
+
+def _as_written(name: str, user: Mapping[str, str]) -> str:
+    return next((key for key in user if key.lower() == name.lower()), name)

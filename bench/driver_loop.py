@@ -19,6 +19,7 @@ broker's (which lives in the parent) nor Spark's.
 from __future__ import annotations
 
 import cProfile
+import functools
 import multiprocessing
 import pstats
 import statistics
@@ -36,8 +37,11 @@ import pyarrow as pa
 from confluent_kafka import ShareConsumer
 
 from bench.measure import percentiles_ms
+from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.driver import micro_batch
-from sharegroup_source.driver.micro_batch import MicroBatchDriver, offset_ranges, payload_partitions
+from sharegroup_source.driver.epoch_book import offset_ranges
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
+from sharegroup_source.driver.planning import payload_partitions
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import records_to_arrow
 from state_store.decisions import Decisions
@@ -83,18 +87,31 @@ class DriverJob:
 
 
 class _Timed:
-    """A bound method that adds its wall time to ``seconds``: how long the member waited on the broker."""
+    """Inside ``with``, every call of ``owner.name`` adds its wall time to ``seconds``: how long the member waited
+    on the broker. The method is wrapped on its class, so no member's internals are reached into; the passes
+    run one driver at a time in a process of their own."""
 
-    def __init__(self, method: Callable[..., Any]):
-        self._method = method
+    def __init__(self, owner: type, name: str):
+        self._owner, self._name = owner, name
         self.seconds = 0.0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return self._method(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - began
+    def __enter__(self) -> _Timed:
+        method = getattr(self._owner, self._name)
+
+        @functools.wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - began
+
+        setattr(self._owner, self._name, timed)
+        self._method = method
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self._owner, self._name, self._method)
 
     def take(self) -> float:
         seconds, self.seconds = self.seconds, 0.0
@@ -167,10 +184,7 @@ def _timing_pass(job: DriverJob) -> dict[str, Any]:
 def _timing_run(job: DriverJob, group: str, name: str) -> tuple[list[dict[str, float]], float]:
     """One run's steady-state batches (all but the first) and their seconds."""
     driver = _driver(job, group, name)
-    # the bench reaches in to time the broker round trips; the source is unchanged
-    client = driver._coordinator._client  # type: ignore[attr-defined]
-    poll, commit = _Timed(client.poll), _Timed(client.commit)
-    client.poll, client.commit = poll, commit  # type: ignore[method-assign]
+    poll, commit = _Timed(ShareClient, "poll"), _Timed(ShareClient, "commit")
     batches: list[dict[str, float]] = []
 
     @contextmanager
@@ -183,7 +197,8 @@ def _timing_run(job: DriverJob, group: str, name: str) -> tuple[list[dict[str, f
         batches.append({"records": records, "calls_s": seconds, "broker_s": broker, "own_s": seconds - broker})
 
     try:
-        seconds = _spark_order(driver, job, on_batch, around=round_of_calls)
+        with poll, commit:
+            seconds = _spark_order(driver, job, on_batch, around=round_of_calls)
     finally:
         driver.stop()
     return batches[1:], seconds

@@ -9,7 +9,8 @@ from __future__ import annotations
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.broker import BrokerCoordinator
 from sharegroup_source.coordinators.broker.share_client import AckResult
-from sharegroup_source.driver.acknowledger import Acknowledger, settled_statuses
+from sharegroup_source.driver.acknowledger import Acknowledger
+from sharegroup_source.driver.epoch_book import settled_statuses
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 
 
@@ -37,8 +38,10 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
     acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read)
-    unacknowledged = acknowledger.outcome(acknowledger.settle([entry], {}))
+    acknowledger.settle([entry], {})
+    outcomes = list(acknowledger.outcomes())
     assert sum(run.size for run in client.staged) == 15
-    assert unacknowledged == {1: 5}
+    assert outcomes == [{1: 5}]
+    unacknowledged = outcomes[0]
     assert settled_statuses(unacknowledged) == {1: "ACK_FAILED"}
     assert (counters.accepted, counters.ack_failures) == (10, 5)

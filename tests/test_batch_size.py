@@ -15,9 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sharegroup_source.coordinators.broker.share_client import MAX_RECORD_LOCKS, poll_size
-from sharegroup_source.driver.micro_batch import MicroBatchDriver, payload_partitions, replay_partitions, task_cuts
+from sharegroup_source.coordinators.broker.share_client import poll_size
+from sharegroup_source.driver.micro_batch import MicroBatchDriver
+from sharegroup_source.driver.planning import payload_partitions, replay_partitions, task_cuts
 from sharegroup_source.executor.partition_reader import read_partition
+from sharegroup_source.kafka.settings import MAX_RECORD_LOCKS
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import arrow_schema
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for

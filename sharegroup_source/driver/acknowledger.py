@@ -4,14 +4,18 @@ An epoch's records are ACCEPTed only once Spark committed the epoch; a recorded 
 (RELEASE, REJECT) replaces ACCEPT for its record. Locks are member-bound, so only epochs
 this run acquired can be acknowledged; the rest come back on lock expiry and are
 deduplicated against the ledger.
+
+A settlement is this class's from the moment it is sent to the moment its outcome is read
+(``settle``, then ``outcomes``): the epoch book hands over committed epochs and learns, in
+order, how many of each one's records did not take; it never sees a settlement in between.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,9 +25,10 @@ from sharegroup_source.coordinators import Coordinator, Failures
 from sharegroup_source.coordinators.base import Outcome, Settled
 from sharegroup_source.kafka.group_configs import group_config_command
 from sharegroup_source.schema import POSITIONS, has_payload
-from state_store import EpochStatus, FencedError, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
-__all__ = ["Acknowledger", "Settlement", "settled_statuses"]
+__all__ = ["Acknowledger"]
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +51,18 @@ class Acknowledger:
         self._lock_duration_ms = lock_duration_ms
         self._read_back = read_back
         self._bootstrap_servers = bootstrap_servers
+        self._settling: deque[_Settlement] = deque()  # sent, outcome not read yet: in the order they were sent
 
-    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> Settlement:
-        """Acknowledge committed epochs this run holds; ``outcome`` tells what took, once the coordinator
+    def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> None:
+        """Acknowledge committed epochs this run holds; ``outcomes`` tells what took, once the coordinator
         settled them (it may settle them while Spark runs the next batch).
 
         Rejected records go to the dead letters first, from the payload the driver still holds,
-        so a REJECT never leaves a record nowhere. The epochs' statuses (:func:`settled_statuses`)
-        are the caller's to record, with its next ledger write.
+        so a REJECT never leaves a record nowhere.
         """
         entries = list(entries)
         if not entries:
-            return Settlement([], [], Settled({}))
+            return
         decisions = self._store.decisions.for_epochs(self._group_id, [e.epoch for e in entries])
         acks = [run for entry in entries for r in entry.ranges for run in _decided(r, decisions)]
         rejected = {key: reason for key, (decision, reason) in decisions.items() if decision == AckType.REJECT}
@@ -65,16 +70,21 @@ class Acknowledger:
             for entry in entries:
                 self.dead_letter(payloads[entry.epoch] if entry.epoch in payloads else _positions(entry, rejected),
                                  rejected)
-        return Settlement(entries, acks, self._coordinator.acknowledge(acks) if acks else Settled({}))
+        self._settling.append(_Settlement(entries, acks, self._coordinator.acknowledge(acks) if acks else Settled({})))
 
-    def outcome(self, settlement: Settlement) -> dict[int, int]:
-        """Per epoch of ``settlement``, how many of its records' acknowledgements failed (they come back from the
-        broker): waits for the coordinator, then counts what took, so it is asked once per settlement."""
-        failed = self._count(settlement.acks, settlement.settling.result())
-        for entry in settlement.entries:
-            self._warn_on_lock_headroom(entry)
-        return {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
-                for entry in settlement.entries}
+    def outcomes(self, wait: bool = False) -> Iterator[dict[int, int]]:
+        """Per settlement the coordinator finished (with ``wait``, per settlement sent), in the order they were
+        sent: how many of each of its epochs' records' acknowledgements failed (they come back from the broker).
+
+        Each is counted once, when it is read; a failed commit raises here, and again at the next call."""
+        while self._settling and (wait or self._settling[0].settling.done()):
+            settlement = self._settling[0]
+            failed = self._count(settlement.acks, settlement.settling.result())
+            for entry in settlement.entries:
+                self._warn_on_lock_headroom(entry)
+            self._settling.popleft()
+            yield {entry.epoch: sum(r.record_count for r in entry.ranges if (r.topic, r.partition) in failed)
+                   for entry in settlement.entries}
 
     def dead_letter(self, records: pa.Table, reasons: Mapping[tuple[str, int, int], str | None]) -> None:
         """Keep the rows of ``records`` (output schema with headers, or positions only) that ``reasons``
@@ -100,18 +110,11 @@ class Acknowledger:
         }))
         self._counters.dead_lettered += rows.num_rows
 
-    def release(self, entries: Iterable[LedgerEntry]) -> None:
-        """Give uncommitted epochs back to the group, so other members need not wait for expiry."""
-        entries = list(entries)
-        acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
-                for e in entries for r in e.ranges for first, last in r.spans()]
-        if acks:
-            # status first: if the process dies before the acks leave, the locks expire anyway
-            try:
-                self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
-            except FencedError as fenced:  # the records go back all the same: no other run holds them
-                log.warning("%s", fenced)
-            self.send(acks)
+    def dead_letter_archived(self) -> None:
+        """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept."""
+        archived = self._coordinator.archived()
+        if archived.num_rows:
+            self.dead_letter(archived, dict.fromkeys(record_keys(archived), DELIVERY_LIMIT_REASON))
 
     def send(self, acks: list[AckRun]) -> set[tuple[str, int]]:
         """Have the coordinator settle ``acks`` now; returns the share-partitions whose acknowledgement failed."""
@@ -158,20 +161,12 @@ def _raised_lock_ms(used_ms: float, lock_ms: int) -> int:
 
 
 @dataclass(frozen=True)
-class Settlement:
-    """Committed epochs whose acknowledgements the coordinator may still be settling (``Acknowledger.outcome``)."""
+class _Settlement:
+    """Committed epochs whose acknowledgements the coordinator may still be settling."""
 
     entries: list[LedgerEntry]
     acks: list[AckRun]
     settling: Outcome
-
-    def done(self) -> bool:
-        return self.settling.done()
-
-
-def settled_statuses(unacknowledged: Mapping[int, int]) -> dict[int, EpochStatus]:
-    """The ledger status of each settled epoch: ACKED, or ACK_FAILED where some acknowledgements failed."""
-    return {epoch: EpochStatus.ACK_FAILED if failed else EpochStatus.ACKED for epoch, failed in unacknowledged.items()}
 
 
 def _decided(held: OffsetRange, decisions: Mapping[tuple[str, int, int], tuple[str, str | None]]) -> list[AckRun]:

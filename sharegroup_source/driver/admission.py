@@ -1,0 +1,169 @@
+"""Which acquired records make the next epoch, and what becomes of the others.
+
+An acquisition may bring records this query emitted before (their acknowledgement was lost:
+settled on the spot as decided then, not emitted twice, unless they were RELEASEd on
+purpose), records past ``maxDeliveries`` (rejected), records past an AvailableNow run's
+target (given back), and more than the read limit (kept acquired in the backlog for the next
+epochs). Only rows that may be any of those are looked at one by one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
+from sharegroup_source.coordinators import Coordinator
+from sharegroup_source.driver.acknowledger import Acknowledger
+from sharegroup_source.driver.backlog import Backlog, epoch_size
+from sharegroup_source.driver.epoch_book import EpochBook
+from sharegroup_source.options import SourceOptions
+from sharegroup_source.schema import NO_RECORDS, by_partition
+from state_store import SourceCounters
+
+__all__ = ["Admission"]
+
+MAX_DELIVERIES_REASON = "max deliveries exceeded"
+#: How long an AvailableNow run keeps polling an empty queue before it ends.
+AVAILABLE_NOW_IDLE_S = 5.0
+#: How long a run's first acquisition waits for records. Apache Kafka hands a new member its
+#: partitions with its second heartbeat (about 5 s after it subscribes, at the default 5 s
+#: interval); answering "nothing" before that would give Spark an empty first batch, and end
+#: an AvailableNow run before it read anything. Two heartbeats and some.
+FIRST_ACQUISITION_WAIT_S = 12.0
+
+
+class Admission:
+    """Acquires through ``coordinator`` and admits against ``book``; what is not admitted is settled through
+    ``acks`` at once. ``lock_duration_ms`` (None: renewed while the member lives) bounds the backlog's age."""
+
+    def __init__(self, coordinator: Coordinator, acks: Acknowledger, book: EpochBook, options: SourceOptions,
+                 counters: SourceCounters, lock_duration_ms: int | None):
+        self._coordinator = coordinator
+        self._acks = acks
+        self._book = book
+        self._options = options
+        self._counters = counters
+        self._backlog = Backlog(lock_duration_ms)
+        #: an AvailableNow run's target: per topic-partition, the log end when the run began (None: no such run)
+        self.target: Mapping[tuple[str, int], int] | None = None
+        # an AvailableNow run saw a record past its target: polling again would re-acquire the
+        # records it gave back, spending a delivery attempt each time, so the run ends instead
+        self._past_target = False
+        self._assigned = False  # true once the member surely has its partitions: after its first acquisition
+
+    @property
+    def past_target(self) -> bool:
+        """Whether this AvailableNow run saw a record past its target: it acquires nothing more."""
+        return self._past_target
+
+    def acquire(self, max_records: int | None) -> tuple[pa.Table, int]:
+        """The next epoch's records and when they were acquired: from the backlog, or newly acquired.
+
+        Acquire until fresh records arrive or the queue stays idle long enough. Redeliveries are
+        settled on the spot and do not end the wait. Under Trigger.AvailableNow an empty
+        answer ends the run, and a new member's first acquisitions return nothing until its
+        assignment arrives, so emptiness must last a while; but once an acquisition brought records
+        past the run's target, the run ends without acquiring again (each time would acquire
+        them anew, and the group archives a record at its delivery-count limit).
+        """
+        if self._backlog:
+            if self._backlog.fresh():
+                taken = self._backlog.take(max_records, self._options.max_bytes_per_trigger)
+                return taken, self._backlog.acquired_at_ms
+            self.give_back()
+        if self._past_target:
+            return NO_RECORDS, int(time.time() * 1000)
+        poll_s = self._options.poll_timeout_ms / 1000
+        idle_s = AVAILABLE_NOW_IDLE_S if self.target is not None else poll_s
+        idle_until = time.monotonic() + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
+        while True:
+            remaining = idle_until - time.monotonic()
+            acquired_at_ms = int(time.time() * 1000)
+            acquired = self._coordinator.acquire(max_records, max(min(poll_s, remaining), 0.01))
+            self._book.collect()  # settled before it was acquired: a record that failed to settle is expected back
+            fresh = self.admit(acquired, max_records, acquired_at_ms)
+            # past the target: acquiring again would take back what was just given back
+            if fresh.num_rows or self._past_target or time.monotonic() >= idle_until:
+                self._assigned = True
+                return fresh, acquired_at_ms
+
+    def give_back(self) -> None:
+        """RELEASE the backlog: records that sat too long, or that a stop leaves."""
+        self._acks.send(releases(self._backlog.give_back()))
+
+    def admit(self, records: pa.Table, max_records: int | None, acquired_at_ms: int) -> pa.Table:
+        """Split an acquisition into fresh records, the backlog, and records settled on the spot.
+
+        A redelivery of a record this query emitted gets the outcome decided for it then (ACCEPT
+        unless recorded otherwise); one that was RELEASEd on purpose is emitted again. Records
+        past ``maxDeliveries`` are rejected; records past the AvailableNow target are given
+        back; records past the read limit wait in the backlog for the next epochs. Only rows that
+        may be any of those are looked at one by one; the rest are admitted as a whole.
+        """
+        admitted = ~self._worth_a_look(records)
+        came_back: dict[int, int] = {}  # admitted row -> the epoch that emitted (and released) it before
+        immediate: list[Ack] = []
+        rejected: dict[tuple[str, int, int], str | None] = {}
+        deduped: list[tuple[int, tuple[str, int, int]]] = []  # (the epoch that emitted it, record)
+        looked = np.flatnonzero(~admitted)
+        candidates = records.take(pa.array(looked, pa.int64()))
+        for row, key, count in zip(looked.tolist(), record_keys(candidates),
+                                   candidates.column("deliveryCount").to_pylist(), strict=True):
+            epoch = self._book.emitted.epoch_of(*key)
+            earlier = self._book.decision(epoch, key) if epoch is not None else None
+            if epoch is not None and earlier is not None and earlier[0] != AckType.RELEASE:
+                immediate.append(Ack(*key, AckType(earlier[0])))
+                deduped.append((epoch, key))
+                self._counters.redeliveries_deduped += 1
+                if earlier[0] == AckType.REJECT:
+                    rejected[key] = earlier[1]
+            elif self._options.max_deliveries and count > self._options.max_deliveries:
+                immediate.append(Ack(*key, AckType.REJECT))
+                rejected[key] = MAX_DELIVERIES_REASON
+            elif self._beyond_target(key):
+                immediate.append(Ack(*key, AckType.RELEASE))
+                self._past_target = True
+            else:
+                admitted[row] = True
+                if epoch is not None:
+                    came_back[row] = epoch
+        rows = np.flatnonzero(admitted)  # in acquisition order
+        admitted_records = records if len(rows) == records.num_rows else records.take(pa.array(rows, pa.int64()))
+        cut = epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger)
+        # released on purpose before, emitted again now in a new epoch
+        self._book.came_back([epoch for row, epoch in came_back.items() if cut and row <= rows[cut - 1]])
+        if rejected:
+            self._acks.dead_letter(records, rejected)
+        failed = self._acks.send(runs_of(immediate))
+        self._book.came_back([epoch for epoch, key in deduped if key[:2] not in failed])
+        if cut < admitted_records.num_rows:
+            self._backlog.keep(admitted_records.slice(cut), acquired_at_ms)
+        return admitted_records.slice(0, cut)
+
+    def _worth_a_look(self, records: pa.Table) -> np.ndarray:
+        """Per row, whether it may be a redelivery of an emitted record, past ``maxDeliveries`` or past the
+        AvailableNow target: found per topic-partition, without a loop per record."""
+        look = np.zeros(records.num_rows, np.bool_)
+        if self._options.max_deliveries:
+            look |= records.column("deliveryCount").to_numpy() > self._options.max_deliveries
+        emitted = self._book.emitted
+        if not len(emitted) and self.target is None:
+            return look
+        numbered = records.select(["topic", "partition", "offset"]).append_column(
+            "row", pa.array(np.arange(records.num_rows), pa.int64()))
+        for topic, partition, rows in by_partition(numbered):
+            offsets = rows.column("offset").to_numpy()
+            hit = emitted.may_hold(topic, partition, offsets)
+            if self.target is not None:
+                hit |= offsets >= self.target.get((topic, partition), 0)
+            look[rows.column("row").to_numpy()[hit]] = True
+        return look
+
+    def _beyond_target(self, key: tuple[str, int, int]) -> bool:
+        if self.target is None:
+            return False
+        return key[2] >= self.target.get(key[:2], 0)

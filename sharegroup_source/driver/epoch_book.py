@@ -1,0 +1,225 @@
+"""The run's book of epochs: what it holds, what this query emitted, and how far each epoch got.
+
+Every epoch a run acquires is written to the ledger before Spark sees its offset, and held
+(with its payload, when the records passed through the driver) until Spark commits it; then
+it is handed to the acknowledger, and once the coordinator settled it the book records ACKED
+or ACK_FAILED, with the next ledger write (one commit per steady epoch). Epochs of earlier runs
+count too: an unsettled one lost its locks with its member, one RELEASEd on stop may have been
+committed by Spark after all; either way its records come back. The emitted index keeps every
+epoch whose records may still come back, so a redelivery is settled as decided for it then
+rather than emitted twice. The book is the only writer of epochs and their statuses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from sharegroup_source.acks import AckRun, AckType, releases
+from sharegroup_source.driver.acknowledger import Acknowledger
+from sharegroup_source.driver.emitted_index import EmittedIndex
+from sharegroup_source.errors import FencedError
+from sharegroup_source.schema import by_partition, has_payload, spans
+from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store.maintenance import BackgroundMaintenance
+
+__all__ = ["EpochBook", "offset_ranges", "settled_statuses"]
+
+log = logging.getLogger(__name__)
+
+
+class EpochBook:
+    """The epochs of run ``run_id`` of query ``group_id`` and the ledger they are written to.
+
+    ``lock_duration_ms``: how long an acquired record stays locked (None: renewed while the member lives).
+    ``state_shown``: the state location as messages print it. ``maintenance`` is requested every
+    ``maintain_every`` epochs settled, so the state tables stay small."""
+
+    def __init__(self, store: StateStore, group_id: str, run_id: str, acks: Acknowledger, counters: SourceCounters,
+                 *, lock_duration_ms: int | None, state_shown: str, maintenance: BackgroundMaintenance,
+                 maintain_every: int):
+        self._store = store
+        self._group_id = group_id
+        self._run_id = run_id
+        self._acks = acks
+        self._counters = counters
+        self._lock_duration_ms = lock_duration_ms
+        self._state_shown = state_shown
+        self._maintenance = maintenance
+        self._maintain_every = maintain_every
+        # nothing known of earlier runs: before the run started, and what an unstarted stop finds
+        self._held: dict[int, LedgerEntry] = {}  # epochs this run's member acquired and has not settled
+        self._payload: dict[int, pa.Table] = {}
+        self._emitted = EmittedIndex()
+        self._foreign: dict[int, LedgerEntry] = {}
+        self._released: dict[int, LedgerEntry] = {}
+        # statuses of settled epochs, recorded with the next ledger write: one commit per steady epoch
+        self._settled: dict[int, EpochStatus] = {}
+        self._decisions: dict[int, dict] = {}  # decisions of emitted epochs, for their redeliveries
+
+    def read_ledger(self) -> None:
+        """What earlier runs left: epochs to deduplicate redeliveries against, and epochs to settle.
+
+        Read once this run fenced them: from then on nobody else changes it."""
+        live = self._store.ledger.entries(self._group_id, statuses=(*UNSETTLED, EpochStatus.ACK_FAILED))
+        self._emitted = EmittedIndex(live)
+        for entry in live:
+            if entry.status == EpochStatus.ACK_FAILED:  # how many failed is not kept: all of them, at most
+                self._emitted.expect_back(entry.epoch, entry.record_count)
+        # unsettled epochs of an earlier run: their locks died with that run's member
+        self._foreign = {e.epoch: e for e in live if e.status in UNSETTLED}
+        # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
+        # only when it builds the next batch), and then their records come back and must not be
+        # emitted again
+        self._released = {
+            e.epoch: e for e in self._store.ledger.entries(self._group_id, statuses=(EpochStatus.RELEASED,))}
+
+    # -- acquired epochs ---------------------------------------------------------------
+    def write(self, epoch: int, fresh: pa.Table, acquired_at_ms: int) -> None:
+        """Ledger ``fresh`` (acquired at ``acquired_at_ms``) as ``epoch``, with the settled epochs' statuses, and
+        hold it; if it cannot be ledgered as this run's, its records go back to the group."""
+        lock_ms = self._lock_duration_ms
+        entry = LedgerEntry(self._group_id, epoch, offset_ranges(fresh), self._run_id, acquired_at_ms,
+                            None if lock_ms is None else acquired_at_ms + lock_ms, EpochStatus.ACQUIRED)
+        settled, self._settled = self._settled, {}
+        try:
+            kept = self._store.ledger.write_epoch(entry, replace_released=True, settled=settled)
+            if kept.member_id != self._run_id:
+                raise FencedError(f"query {self._group_id!r}: epoch {epoch} was ledgered by run "
+                                  f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
+                                  f"stateLocation={self._state_shown}; this run gave its records back and stops")
+        except BaseException:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
+            self._settled = {**settled, **self._settled}  # not written, or written: writing them again is a no-op
+            self._acks.send(releases(fresh))
+            raise
+        self._released.pop(epoch, None)
+        self._held[epoch] = entry
+        if has_payload(fresh):  # else the executors read the records themselves
+            # headers are kept even when not emitted: a rejected record's dead letter needs them
+            self._payload[epoch] = fresh.set_column(fresh.schema.get_field_index("epoch"), "epoch",
+                                                    pa.array([epoch] * fresh.num_rows, pa.int64()))
+        self._emitted.add(entry)
+        self._counters.acquired += fresh.num_rows
+        self._counters.epochs += 1
+
+    def payload(self, epoch: int) -> pa.Table | None:
+        """The records of an epoch this run holds, where they passed through the driver."""
+        return self._payload.get(epoch)
+
+    def held(self, epoch: int) -> LedgerEntry | None:
+        """The entry of an epoch this run acquired and has not settled."""
+        return self._held.get(epoch)
+
+    def replaying(self, entries: Sequence[LedgerEntry]) -> None:
+        """Earlier runs' epochs Spark runs again: their records are read back from the log, and a RELEASED one's are
+        emitted again (EMITTED), so their redeliveries are deduplicated and they are settled once committed."""
+        emitted = []
+        for entry in entries:
+            self._released.pop(entry.epoch, None)
+            if entry.status == EpochStatus.RELEASED:
+                emitted.append(entry.epoch)
+                self._emitted.add(entry)
+            if entry.status == EpochStatus.RELEASED or entry.status in UNSETTLED:
+                self._foreign[entry.epoch] = entry
+        if emitted:
+            self._store.ledger.set_status(self._group_id, emitted, EpochStatus.EMITTED)
+
+    # -- settling ----------------------------------------------------------------------
+    def settle_through(self, epoch: int) -> None:
+        """Acknowledge the epochs this run holds through ``epoch``; their outcome is applied once the coordinator
+        settled them (``collect``), which a coordinator may do while Spark runs the next batch."""
+        held = [self._held.pop(e) for e in sorted(self._held) if e <= epoch]
+        if held:
+            payloads = {e.epoch: self._payload.pop(e.epoch) for e in held if e.epoch in self._payload}
+            self._acks.settle(held, payloads)
+            if held[-1].epoch % self._maintain_every == 0:
+                self._maintenance.request()
+        self.collect()
+        committed = [self._released.pop(e) for e in sorted(self._released) if e <= epoch]
+        for entry in committed:  # released by an earlier run's stop, yet committed by Spark
+            self._emitted.add(entry)
+            self._foreign[entry.epoch] = entry
+        foreign = [self._foreign.pop(e) for e in sorted(self._foreign) if e <= epoch]
+        if foreign:
+            self._settled.update({e.epoch: EpochStatus.ACK_FAILED for e in foreign})
+            self._counters.ack_failures += sum(e.record_count for e in foreign)
+            for entry in foreign:  # their locks died with their member: every record comes back
+                self._emitted.expect_back(entry.epoch, entry.record_count)
+
+    def collect(self, wait: bool = False) -> None:
+        """Apply, in order, the outcome of settlements the coordinator finished; with ``wait``, of all of them.
+
+        Before an acquisition is admitted, every settlement sent before it was acquired is applied: a
+        coordinator settles in call order, so a record whose acknowledgement failed is expected back before
+        it can come back."""
+        for unacknowledged in self._acks.outcomes(wait):  # a failed commit raises here, and next time
+            self._settled.update(settled_statuses(unacknowledged))
+            for e, records in unacknowledged.items():
+                if records:
+                    self._emitted.expect_back(e, records)
+                else:
+                    self._emitted.remove_epoch(e)
+                    self._decisions.pop(e, None)
+
+    def record_settled(self) -> None:
+        """Write the settled epochs' statuses now, when no ledger write of a new epoch will carry them."""
+        settled, self._settled = self._settled, {}
+        try:
+            self._store.ledger.set_statuses(self._group_id, settled)
+        except BaseException:
+            self._settled = {**settled, **self._settled}
+            raise
+
+    def release_held(self) -> None:
+        """Give the epochs this run holds back to the group (a stop), so other members need not wait for expiry."""
+        entries = [self._held[e] for e in sorted(self._held)]
+        acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
+                for e in entries for r in e.ranges for first, last in r.spans()]
+        if acks:
+            # status first: if the process dies before the acks leave, the locks expire anyway
+            try:
+                self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
+            except FencedError as fenced:  # the records go back all the same: no other run holds them
+                log.warning("%s", fenced)
+            self._acks.send(acks)
+        self._held.clear()
+        self._payload.clear()
+
+    # -- redeliveries ------------------------------------------------------------------
+    @property
+    def emitted(self) -> EmittedIndex:
+        """Which records this query emitted, in which epoch (read only: the book keeps it)."""
+        return self._emitted
+
+    def decision(self, epoch: int, key: tuple[str, int, int]) -> tuple[str, str | None]:
+        """How a record ``epoch`` emitted was decided (type, reason): ACCEPT unless recorded otherwise."""
+        if epoch not in self._decisions:
+            self._decisions[epoch] = self._store.decisions.for_epochs(self._group_id, [epoch])
+        return self._decisions[epoch].get(key, (AckType.ACCEPT, None))
+
+    def came_back(self, epochs: Sequence[int]) -> None:
+        """Redeliveries settled: an epoch none of whose records can come back any more is done."""
+        done = [epoch for epoch in epochs if self._emitted.came_back(epoch)]
+        for epoch in done:
+            self._decisions.pop(epoch, None)
+        # every record of theirs was acknowledged in the end; in order with their earlier ACK_FAILED
+        self._settled.update(dict.fromkeys(done, EpochStatus.ACKED))
+
+
+def offset_ranges(records: pa.Table) -> tuple[OffsetRange, ...]:
+    """An output table's records as the ledger keeps them: per topic-partition, offsets and delivery counts."""
+    ranges = []
+    for topic, partition, rows in by_partition(records):
+        offsets, counts = rows.column("offset"), rows.column("deliveryCount").to_numpy()
+        again = np.flatnonzero(counts != 1)
+        redelivered = zip(offsets.to_numpy()[again].tolist(), counts[again].tolist(), strict=True)
+        ranges.append(OffsetRange.of_spans(topic, partition, spans(offsets), tuple(redelivered)))
+    return tuple(ranges)
+
+
+def settled_statuses(unacknowledged: Mapping[int, int]) -> dict[int, EpochStatus]:
+    """The ledger status of each settled epoch: ACKED, or ACK_FAILED where some acknowledgements failed."""
+    return {epoch: EpochStatus.ACK_FAILED if failed else EpochStatus.ACKED for epoch, failed in unacknowledged.items()}

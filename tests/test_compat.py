@@ -10,23 +10,23 @@ except the AvailableNow test, which runs AvailableNow until everything arrived.
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from pathlib import Path
 
 import pyspark
 import pytest
-from pyspark.errors.exceptions.captured import StreamingQueryException
 
-import sharegroup_source
 from sharegroup_source.driver.stream_reader import ADMISSION_CONTROL
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store import StateStore
+from tests.scenarios import (
+    assert_exactly_once,
+    invalid_json_rejected_into_dead_letters,
+    run_until_complete,
+    sink_down_at_batch_2_then_restart,
+)
 from tests.streams import StreamSetup
 from tests.test_delta_coordinator import DeltaSetup
-from tests.test_outcomes import _orders, is_json
-from tests.test_source import _assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -56,34 +56,15 @@ def _left_in_group(setup: StreamSetup) -> list:
     return setup.leftovers_for_a_fresh_member()
 
 
-def _run_until_complete(spark, setup: StreamSetup, count: int, query) -> None:
-    """Wait until the sink has ``count`` rows and every epoch is acknowledged, then stop the query."""
-    try:
-        wait_for(lambda: len(setup.sink_rows(spark)) >= count and setup.every_epoch_acked(), 240,
-                 f"{count} rows in the sink and every epoch acknowledged", state=lambda: setup.describe(spark))
-    finally:
-        query.stop()
-
-
 @pytest.mark.timing
 @pytest.mark.parametrize("coordinator", COORDINATORS)
 def test_exactly_once_across_a_failed_batch_and_a_restart(spark, kafka, tmp_path, coordinator):
     setup = _setup(kafka, tmp_path, coordinator, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 600, 2)
-    failed_once = threading.Event()
-
-    def fail_on_batch_2(_frame, batch_id: int) -> None:
-        if batch_id == 2 and not failed_once.is_set():
-            failed_once.set()
-            raise RuntimeError("sink down")
-
-    options = {"maxRecordsPerTrigger": 100, "checkpointLocation": str(setup.checkpoint)}
-    first = setup.batch_sink(spark, fail_on_batch_2, available_now=False, **options)
-    with pytest.raises(StreamingQueryException, match="sink down"):
-        first.awaitTermination(120)
-    second = setup.batch_sink(spark, fail_on_batch_2, available_now=False, **options)
-    _run_until_complete(spark, setup, len(produced), second)
-    _assert_exactly_once(setup.sink_rows(spark), produced)
+    restarted = sink_down_at_batch_2_then_restart(spark, setup, available_now=False, maxRecordsPerTrigger=100,
+                                                  checkpointLocation=str(setup.checkpoint))
+    run_until_complete(spark, setup, len(produced), restarted)
+    assert_exactly_once(setup.sink_rows(spark), produced)
     assert _left_in_group(setup) == []
 
 
@@ -119,7 +100,7 @@ def test_available_now_runs_under_live_production_lose_nothing(spark, kafka, tmp
         assert runs <= 12, f"{runs} runs and {len((produced | during) - seen)} records still missing"
     producer.join()
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced | during)
+    assert_exactly_once(rows, produced | during)
     assert max(count for _, _, count in rows) <= 2, "a record was delivered more than twice"
     assert setup.progress()["dead_lettered"] == 0
     assert _left_in_group(setup) == []
@@ -128,20 +109,7 @@ def test_available_now_runs_under_live_production_lose_nothing(spark, kafka, tmp
 @pytest.mark.timing
 def test_rejected_records_go_to_dead_letters_from_foreach_batch(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, "broker", partitions=2)
-    valid, invalid = _orders(kafka, setup, 600, 2)
-
-    def handle(batch, _batch_id):
-        checked = batch.withColumn("ok", is_json("value")).cache()
-        sharegroup_source.acknowledge(checked.filter("not ok"), "REJECT", "invalid JSON", options=setup.options())
-        return checked.filter("ok").drop("ok")
-
-    query = setup.batch_sink(spark, handle, available_now=False, maxRecordsPerTrigger=200,
-                             checkpointLocation=str(setup.checkpoint))
-    _run_until_complete(spark, setup, len(valid), query)
-    _assert_exactly_once(setup.sink_rows(spark), valid)
-    letters = StateStore(str(setup.state)).dead_letters.read().to_pylist()
-    assert collections.Counter((r["partition"], r["value"], r["reason"]) for r in letters) == \
-        collections.Counter((p, v, "invalid JSON") for p, v in invalid)
+    invalid_json_rejected_into_dead_letters(spark, setup, 600, 2, max_records=200)
     assert _left_in_group(setup) == []
 
 

@@ -26,9 +26,9 @@ from state_store import RecordState, StateStore, StateStoreError
 from state_store.errors import GroupSettingsError
 from state_store.group import GroupStore
 from tests.delta_worker import spawn
+from tests.scenarios import assert_exactly_once, file_sink_exactly_once
 from tests.streams import StreamSetup, worker_holding_an_epoch
 from tests.test_delta_share_consumer import accept_until, tell, worker_config
-from tests.test_source import _assert_exactly_once
 
 pytestmark = pytest.mark.spark
 
@@ -81,13 +81,7 @@ def test_every_record_exactly_once_with_no_share_group_api(spark, kafka, tmp_pat
     if kafka.is_embedded:
         _fail_share_apis(kafka)
     setup = _setup(kafka, tmp_path, partitions=2)
-    produced = kafka.produce_numbered(setup.topic, 2000, 2)
-    query = setup.file_sink(spark, maxRecordsPerTrigger=1000, maxRecordsPerPartition=100)
-    query.awaitTermination(180)
-    assert query.exception() is None
-    rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
-    assert {dc for _, _, dc in rows} == {1}
+    file_sink_exactly_once(spark, setup, 2000, 2, maxRecordsPerTrigger=1000, maxRecordsPerPartition=100)
     assert {e.status for e in setup.ledger_entries()} == {"ACKED"}
     # an epoch of 1,000 over 2 partitions: tasks of at most 100, so one Kafka partition spans >= 4 tasks
     assert len(list(setup.sink.glob("part-*.parquet"))) >= 20
@@ -116,7 +110,7 @@ def test_a_batch_slower_than_three_lock_durations_keeps_its_records(spark, kafka
     query.awaitTermination(180)
     assert query.exception() is None
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
+    assert_exactly_once(rows, produced)
     assert {dc for _, _, dc in rows} == {1}, "a record was redelivered: its lock expired under the batch"
     progress = setup.progress()
     assert progress["ack_failures"] == 0 and progress["accepted"] == 300
@@ -139,7 +133,7 @@ def test_a_restart_takes_back_its_crashed_runs_locks_at_once(spark, kafka, tmp_p
     query.awaitTermination(120)
     took = time.monotonic() - started
     assert query.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert_exactly_once(setup.sink_rows(spark), produced)
     assert took < 50, f"the restart took {took:.0f}s: it waited for the crashed run's 60 s locks"
     assert all(not batches for batches in setup.in_flight().values())
 
@@ -177,7 +171,7 @@ def test_the_next_batch_is_acquired_while_spark_runs_this_one(spark, kafka, tmp_
         query.stop()
     assert query.exception() is None
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
+    assert_exactly_once(rows, produced)
     assert {dc for _, _, dc in rows} == {1}
     assert {e.record_count for e in setup.ledger_entries()} == {100}
     assert _held(setup) == 0
@@ -199,7 +193,7 @@ def test_records_at_the_delivery_limit_are_archived_and_dead_lettered(spark, kaf
                              **{"share.delivery.count.limit": 2})
     query.awaitTermination(180)
     assert query.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), {r for r in produced if r[1] not in poison})
+    assert_exactly_once(setup.sink_rows(spark), {r for r in produced if r[1] not in poison})
     assert _dead_letters(setup) == {(0, v): ("the group's delivery count limit reached", 2) for v in poison}
     assert all(not batches for batches in setup.in_flight().values()), "archived records leave the in-flight window"
 
@@ -220,7 +214,7 @@ def test_max_deliveries_rejects_a_record_released_every_time_before_the_groups_l
                              **{"share.delivery.count.limit": 10})
     query.awaitTermination(180)
     assert query.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
+    assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
     assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}
     assert all(not batches for batches in setup.in_flight().values()), "the rejected record left the window"
 
@@ -247,7 +241,7 @@ def test_acknowledge_reject_and_release_in_delta_mode(spark, kafka, tmp_path):
     query.awaitTermination(180)
     assert query.exception() is None
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced - rejected)
+    assert_exactly_once(rows, produced - rejected)
     assert [dc for p, v, dc in rows if (p, v) in retried] == [2], "a released record comes back once, count 2"
     assert _dead_letters(setup) == {key: ("bad", 1) for key in rejected}
     assert all(not batches for batches in setup.in_flight().values())
@@ -287,7 +281,7 @@ def test_kafka_without_share_groups_serves_a_delta_query(spark, kafka, tmp_path)
         finally:
             query.stop()
         assert query.exception() is None
-        _assert_exactly_once(setup.sink_rows(spark), produced)
+        assert_exactly_once(setup.sink_rows(spark), produced)
 
 
 def _accepted_by_workers(paths: list[Path]) -> list[tuple[int, bytes, int]]:
@@ -330,7 +324,7 @@ def test_a_query_and_two_worker_processes_share_one_queue(spark, kafka, tmp_path
             worker.kill()
     wait_for(setup.members_left, 30, "every member to leave the group")
     sink = setup.sink_rows(spark)
-    _assert_exactly_once(sink + _accepted_by_workers(outputs), produced)
+    assert_exactly_once(sink + _accepted_by_workers(outputs), produced)
     assert sink, "the query took no record"
     assert all(_accepted_by_workers([output]) for output in outputs), "a worker took no record"
     assert {dc for *_, dc in sink + _accepted_by_workers(outputs)} == {1}, "a record was redelivered"
@@ -357,7 +351,7 @@ def test_a_killed_workers_records_come_back_once_with_delivery_count_2(kafka, tm
     with DeltaShareConsumer({**config, "max.poll.records": 500}) as survivor:
         survivor.subscribe([setup.topic])
         got = accept_until(survivor, len(produced))
-    _assert_exactly_once(got, produced)
+    assert_exactly_once(got, produced)
     assert {(p, v) for p, v, dc in got if dc == 2} == held
     assert {dc for p, v, dc in got if (p, v) not in held} == {1}
     members = GroupStore.existing(str(setup.group_location)).members()

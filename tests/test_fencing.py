@@ -22,6 +22,7 @@ from sharegroup_source.executor.partition_reader import read_partition
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import FencedError, RecordState, StateStore
 from state_store.group import GroupStore
+from tests.scenarios import refused_second_run
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.timing
@@ -143,13 +144,8 @@ def test_a_second_query_refused_at_its_first_call_leaves_the_running_one_alone(k
         start = first.initial_offset()
         for _ in range(2):
             start = _batch(first, start, sink)
-        second = MicroBatchDriver(options, handover_timeout_s=0.5)
-        try:
-            with pytest.raises(StateMismatchError) as refused:
-                second.latest_offset(second.initial_offset(), 100)
-        finally:
-            second.stop()
-        message = str(refused.value)
+        _, refusal = refused_second_run(options, 100)
+        message = str(refusal)
         assert "this run resumes from epoch 0 (its checkpoint had no batch)" in message, message
         assert "new checkpoint" not in message, message
         assert f"run {first._run_id} holds it, its member is in the group" in message, message
@@ -179,12 +175,7 @@ def test_a_refused_delta_query_takes_nothing_from_the_running_one(kafka, tmp_pat
         for _ in range(2):  # epochs 1 and 2: a run resuming from epoch 0 cannot be this query's
             start = _batch(first, start, sink)
         wait_for(lambda: _acquired(group) == 200, 30, "the running run's epoch 2 and next batch, acquired ahead")
-        second = MicroBatchDriver(options, handover_timeout_s=0.5)
-        try:
-            with pytest.raises(StateMismatchError):
-                second.latest_offset(second.initial_offset(), 100)
-        finally:
-            second.stop()
+        refused_second_run(options, 100)
         assert _acquired(group) == 200
         produced |= kafka.produce_numbered(setup.topic, 200, 2, first=400)
         _run_until(first, start, sink, produced)

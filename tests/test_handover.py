@@ -17,10 +17,10 @@ import pytest
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
 from state_store.progress import COUNTERS
+from tests.scenarios import refused_second_run
 from tests.streams import StreamSetup
 
 
@@ -95,15 +95,10 @@ def test_a_refused_second_run_leaving_keeps_the_first_run_waited_for(kafka, tmp_
             start = offset
             offset = wait_for(lambda s=start: (e := first.latest_offset(s, 10)) != s and e, 30, "an epoch")
             first.commit(int(offset["epoch"]))
-        second = MicroBatchDriver(options, handover_timeout_s=0.5)
-        try:
-            with pytest.raises(StateMismatchError):
-                second.latest_offset(second.initial_offset(), 50)
-        finally:
-            second.stop()
+        second_run_id, _ = refused_second_run(options, 50)
         progress = StateStore(options.state_location).progress
         rows = sorted(progress.table.snapshot().rows(), key=lambda r: r["commit_version"])
-        assert rows[-1]["run_id"] == second._run_id and rows[-1]["left_at_ms"] is not None
+        assert rows[-1]["run_id"] == second_run_id and rows[-1]["left_at_ms"] is not None
         member = progress.member_in_group(setup.group)
         assert member is not None and member.run_id == first._run_id
         assert await_previous_member(progress, setup.group, timeout_s=0.5) is False, "a restart waits for it"

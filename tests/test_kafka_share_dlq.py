@@ -29,10 +29,8 @@ from sharegroup_source.testing.apache_kafka import set_group_configs
 from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
+from tests.scenarios import assert_exactly_once, invalid_json_rejected_into_dead_letters
 from tests.streams import StreamSetup
-from tests.test_compat import _run_until_complete
-from tests.test_outcomes import _orders, is_json
-from tests.test_source import _assert_exactly_once
 
 pytestmark = pytest.mark.spark
 
@@ -128,22 +126,8 @@ def test_a_rejected_record_reaches_dead_letters_and_the_brokers_dlq_topic(dlq_ka
     dlq = _dlq_topic(kafka, setup.group)
     set_group_configs(kafka.admin, setup.group, {"errors.deadletterqueue.topic.name": dlq,
                                                  "errors.deadletterqueue.copy.record.enable": "true"})
-    valid, invalid = _orders(kafka, setup, 400, 2)  # every 33rd record is not JSON: 13 of them
-
-    def handle(batch, _batch_id):
-        checked = batch.withColumn("ok", is_json("value")).cache()
-        sharegroup_source.acknowledge(checked.filter("not ok"), "REJECT", "invalid JSON", options=setup.options())
-        return checked.filter("ok").drop("ok")
-
-    query = setup.batch_sink(spark, handle, available_now=False, maxRecordsPerTrigger=100,
-                             checkpointLocation=str(setup.checkpoint))
-    _run_until_complete(spark, setup, len(valid), query)
-    _assert_exactly_once(setup.sink_rows(spark), valid)
-
-    # the source's dead letters: every rejected record, with the user's reason
-    letters = StateStore(str(setup.state)).dead_letters.read().to_pylist()
-    assert collections.Counter((r["partition"], r["value"], r["reason"]) for r in letters) == \
-        collections.Counter((p, v, "invalid JSON") for p, v in invalid)
+    # every 33rd record is not JSON (13 of 400): the source's dead letters have each, with the user's reason
+    invalid, letters = invalid_json_rejected_into_dead_letters(spark, setup, 400, 2, max_records=100)
 
     # the broker's DLQ topic: the same records, once each, with the broker's context headers
     in_dlq = _read_topic(kafka, dlq, len(invalid))
@@ -193,7 +177,7 @@ def test_a_record_released_until_a_delivery_limit(dlq_kafka, spark, tmp_path: Pa
     finally:
         query.stop()
         watch.close()
-    _assert_exactly_once(setup.sink_rows(spark), valid)
+    assert_exactly_once(setup.sink_rows(spark), valid)
 
     # (partition, offset) of the poison records: produced in order, two partitions, offsets count per partition
     offsets = {(p, k): sum(1 for q, _, _ in records[:int(k)] if q == p) for p, k, _ in poison}

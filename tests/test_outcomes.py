@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -13,28 +12,12 @@ from pyspark.sql import functions as F
 
 import sharegroup_source
 from sharegroup_source.errors import OutcomeError
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_source.testing.kafka_peers import wait_for
 from state_store import StateStore
+from tests.scenarios import assert_exactly_once, is_json, json_orders
 from tests.streams import StreamSetup
-from tests.test_source import _assert_exactly_once, _drain_fresh_member
 
 pytestmark = pytest.mark.spark
-
-
-def _orders(kafka: KafkaUnderTest, setup: StreamSetup, count: int, partitions: int) -> tuple[set, set]:
-    """Numbered JSON orders, every 33rd one not JSON; returns (valid, invalid) as (partition, value)."""
-    valid, invalid = set(), set()
-    records = []
-    for i in range(count):
-        value = f"{{not json #{i}".encode() if i % 33 == 0 else json.dumps({"order": i}).encode()
-        records.append((i % partitions, str(i).encode(), value))
-        (invalid if i % 33 == 0 else valid).add((i % partitions, value))
-    kafka.produce(setup.topic, records)
-    return valid, invalid
-
-
-def is_json(column: str):
-    return F.try_parse_json(F.col(column).cast("string")).isNotNull()
 
 
 def _dead_letters(setup: StreamSetup) -> dict[tuple[int, bytes], tuple[str, int]]:
@@ -44,7 +27,7 @@ def _dead_letters(setup: StreamSetup) -> dict[tuple[int, bytes], tuple[str, int]
 
 def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
     setup = StreamSetup(kafka, kafka.new_topic(2), kafka.new_group(), tmp_path)
-    valid, invalid = _orders(kafka, setup, 1000, 2)
+    valid, invalid = json_orders(kafka, setup, 1000, 2)
     problems: list[str] = []
 
     def handle(batch, batch_id):
@@ -62,9 +45,9 @@ def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
     query = setup.batch_sink(spark, handle, maxRecordsPerTrigger=300)
     query.awaitTermination(180)
     assert query.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), valid)
+    assert_exactly_once(setup.sink_rows(spark), valid)
     assert _dead_letters(setup) == {key: ("invalid JSON", 1) for key in invalid}
-    assert _drain_fresh_member(setup) == []
+    assert setup.leftovers_for_a_fresh_member() == []
     assert problems and all("must be one of ACCEPT, RELEASE, REJECT" in p or "epoch 999 is not a batch being "
                             "processed (unknown to the ledger)" in p for p in problems)
     decided = StateStore(str(setup.state)).decisions.table.snapshot().rows()
@@ -90,9 +73,9 @@ def test_a_released_record_comes_back_once_with_delivery_count_two(spark, kafka,
     finally:
         query.stop()
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
+    assert_exactly_once(rows, produced)
     assert {v: dc for _, v, dc in rows if v in flaky} == {v: 2 for v in flaky}
-    assert _drain_fresh_member(setup) == []
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 @pytest.mark.timing
@@ -113,9 +96,9 @@ def test_a_record_released_every_time_is_dead_lettered_after_max_deliveries(spar
     finally:
         query.stop()
     assert _dead_letters(setup) == {(0, poison): ("max deliveries exceeded", 4)}
-    _assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
+    assert_exactly_once(setup.sink_rows(spark), produced - {(0, poison)})
     assert setup.progress()["dead_lettered"] == 1
-    assert _drain_fresh_member(setup) == []
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 #: Short, so the crashed member's locks and (on both brokers) its membership run out within the test.
@@ -134,7 +117,7 @@ def test_decisions_survive_a_driver_worker_crash_before_the_commit(spark, kafka,
     """
     group = kafka.new_group(lock_duration_ms=CRASH_LOCK_MS, session_timeout_ms=CRASH_SESSION_TIMEOUT_MS)
     setup = StreamSetup(kafka, kafka.new_topic(1), group, tmp_path)
-    valid, invalid = _orders(kafka, setup, 200, 1)
+    valid, invalid = json_orders(kafka, setup, 200, 1)
     crashed = threading.Event()
 
     def handle(batch, batch_id):
@@ -161,6 +144,6 @@ def test_decisions_survive_a_driver_worker_crash_before_the_commit(spark, kafka,
                  state=lambda: setup.describe(spark))
     finally:
         second.stop()
-    _assert_exactly_once(setup.sink_rows(spark), valid)
+    assert_exactly_once(setup.sink_rows(spark), valid)
     assert set(_dead_letters(setup)) == invalid
-    assert _drain_fresh_member(setup) == []
+    assert setup.leftovers_for_a_fresh_member() == []

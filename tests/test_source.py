@@ -5,7 +5,6 @@ Every test compares the sink with what was produced, record by record.
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 from sharegroup_source.acks import Ack
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from tests.scenarios import assert_exactly_once, file_sink_exactly_once, sink_down_at_batch_2_then_restart
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark
@@ -27,31 +27,11 @@ def _setup(kafka: KafkaUnderTest, tmp_path: Path, partitions: int = 3, **group_s
     return StreamSetup(kafka, kafka.new_topic(partitions), kafka.new_group(**group_settings), tmp_path)
 
 
-def _drain_fresh_member(setup: StreamSetup) -> list:
-    """What a new member of the group can still get: nothing, once everything was accepted."""
-    return setup.leftovers_for_a_fresh_member()
-
-
-def _assert_exactly_once(rows, produced) -> None:
-    counts = collections.Counter((p, v) for p, v, _ in rows)
-    duplicates = {k: n for k, n in counts.items() if n > 1}
-    assert not duplicates, f"{len(duplicates)} records duplicated, e.g. {list(duplicates.items())[:3]}"
-    missing = produced - counts.keys()
-    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
-    assert counts.keys() == produced
-
-
 @pytest.mark.embedded
 def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=3)
-    produced = kafka.produce_numbered(setup.topic, 5000, 3)
-    query = setup.file_sink(spark, maxRecordsPerTrigger=2000, maxRecordsPerPartition=700)
-    query.awaitTermination(180)
-    assert query.exception() is None
-    rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
-    assert {dc for _, _, dc in rows} == {1}
-    assert _drain_fresh_member(setup) == [], "every record must have been acknowledged"
+    file_sink_exactly_once(spark, setup, 5000, 3, maxRecordsPerTrigger=2000, maxRecordsPerPartition=700)
+    assert setup.leftovers_for_a_fresh_member() == [], "every record must have been acknowledged"
     assert {e.status for e in setup.ledger_entries()} == {"ACKED"}
     progress = setup.progress()
     assert progress["acquired"] == 5000 and progress["accepted"] == 5000 and progress["ack_failures"] == 0
@@ -65,22 +45,11 @@ def test_every_record_exactly_once_into_a_file_sink(spark, kafka, tmp_path):
 def test_sink_failure_then_restart_from_checkpoint(spark, kafka, tmp_path):
     setup = _setup(kafka, tmp_path, partitions=2)
     produced = kafka.produce_numbered(setup.topic, 600, 2)
-    failed_once = threading.Event()
-
-    def fail_on_batch_2(_frame, batch_id: int) -> None:
-        if batch_id == 2 and not failed_once.is_set():
-            failed_once.set()
-            raise RuntimeError("sink down")
-
-    first = setup.batch_sink(spark, fail_on_batch_2, maxRecordsPerTrigger=100)
-    with pytest.raises(StreamingQueryException, match="sink down"):
-        first.awaitTermination(120)
-    assert failed_once.is_set()
-    second = setup.batch_sink(spark, fail_on_batch_2, maxRecordsPerTrigger=100)
+    second = sink_down_at_batch_2_then_restart(spark, setup, maxRecordsPerTrigger=100)
     second.awaitTermination(180)
     assert second.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), produced)
-    assert _drain_fresh_member(setup) == []
+    assert_exactly_once(setup.sink_rows(spark), produced)
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 @pytest.mark.timing
@@ -98,8 +67,8 @@ def test_restart_after_sink_commit_before_spark_commit(spark, kafka, tmp_path):
     second.awaitTermination(120)
     assert second.exception() is None
     assert (setup.checkpoint / "commits" / str(replayed_batch)).exists(), "batch N must have been re-run"
-    _assert_exactly_once(setup.sink_rows(spark), produced)
-    assert _drain_fresh_member(setup) == []
+    assert_exactly_once(setup.sink_rows(spark), produced)
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 @pytest.mark.timing
@@ -209,10 +178,10 @@ def test_failed_acknowledgements_keep_the_sink_exactly_once(spark, kafka, tmp_pa
         wait_for(settled, 120, "all records in the sink and every failed ack's records deduplicated", interval_s=1)
     finally:
         query.stop()
-    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert_exactly_once(setup.sink_rows(spark), produced)
     progress = setup.progress()
     assert progress["ack_failures"] >= 1 and progress["redeliveries_deduped"] >= progress["ack_failures"]
-    assert _drain_fresh_member(setup) == []
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 @pytest.mark.timing
@@ -238,8 +207,8 @@ def test_locks_that_expire_before_the_ack_keep_the_sink_exactly_once(spark, kafk
                  interval_s=1, state=lambda: setup.describe(spark))
     finally:
         query.stop()
-    _assert_exactly_once(setup.sink_rows(spark), produced)
-    assert _drain_fresh_member(setup) == []
+    assert_exactly_once(setup.sink_rows(spark), produced)
+    assert setup.leftovers_for_a_fresh_member() == []
 
 
 @pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "kafka.group.id", "subscribe", "stateLocation"])
@@ -339,6 +308,6 @@ def test_lock_headroom_is_reported_when_a_batch_is_slow(spark, kafka, tmp_path):
     query = setup.batch_sink(spark, slow_sink, lockDurationMs=2000)
     query.awaitTermination(120)
     assert query.exception() is None
-    _assert_exactly_once(setup.sink_rows(spark), produced)
+    assert_exactly_once(setup.sink_rows(spark), produced)
     headroom = setup.progress()["min_lock_headroom_ms"]
     assert headroom is not None and headroom < 500, f"a 1.5 s batch under a 2 s lock leaves < 0.5 s, got {headroom}"

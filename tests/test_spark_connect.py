@@ -24,9 +24,8 @@ import pytest
 
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from state_store import StateStore
+from tests.scenarios import assert_exactly_once, json_orders
 from tests.streams import StreamSetup
-from tests.test_outcomes import _orders
-from tests.test_source import _assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -87,7 +86,7 @@ def _spark_connect_port() -> Iterator[None]:
 @pytest.mark.timeout(420)
 def test_a_stream_and_acknowledge_in_foreach_batch_over_spark_connect(kafka: KafkaUnderTest, tmp_path: Path):
     setup = StreamSetup(kafka, kafka.new_topic(2), kafka.new_group(), tmp_path)
-    valid, invalid = _orders(kafka, setup, 500, 2)
+    valid, invalid = json_orders(kafka, setup, 500, 2)
     options = setup.options(maxRecordsPerTrigger=200, checkpointLocation=str(setup.checkpoint))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with _spark_connect_port():
@@ -100,7 +99,7 @@ def test_a_stream_and_acknowledge_in_foreach_batch_over_spark_connect(kafka: Kaf
     from sharegroup_source.testing.spark import local_spark
 
     rows = setup.sink_rows(local_spark())
-    _assert_exactly_once(rows, valid)
+    assert_exactly_once(rows, valid)
     letters = StateStore(str(setup.state)).dead_letters.read().to_pylist()
     assert {(r["partition"], r["value"], r["reason"]) for r in letters} == {(p, v, "invalid JSON") for p, v in invalid}
     assert len(letters) == len(invalid)

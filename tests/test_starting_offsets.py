@@ -30,8 +30,8 @@ from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus
 from state_store.group import GroupSettings, GroupStore
 from tests.conftest import PREVIOUS_KAFKA
+from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
-from tests.test_source import _assert_exactly_once
 
 RECORDS = 10_000
 PARTITIONS = 4
@@ -65,7 +65,7 @@ def test_a_first_query_with_starting_offsets_earliest_reads_what_the_topic_holds
     query.awaitTermination(240)
     assert query.exception() is None
     rows = setup.sink_rows(spark)
-    _assert_exactly_once(rows, produced)
+    assert_exactly_once(rows, produced)
     assert {dc for _, _, dc in rows} == {1}
     assert setup.every_epoch_acked()
     assert _group_start(setup, coordinator) == "earliest"

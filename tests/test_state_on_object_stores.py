@@ -31,8 +31,8 @@ from state_store.group import GroupStore
 from state_store.storage_errors import ACCESS_DENIED, NO_SUCH_STORE
 from tests.conftest import selected_peers
 from tests.object_stores import azurite, s3_server  # noqa: F401  (session fixtures)
+from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
-from tests.test_source import _assert_exactly_once
 
 pytestmark = pytest.mark.object_store
 #: The store is what these tests vary; Kafka is Apache Kafka's broker (the embedded one if it alone is selected).
@@ -193,7 +193,7 @@ def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spar
     assert outcomes in (["went on"], ["failed", "went on"]), outcomes
     print(f"\n{store.name}: the run that met the outage {outcomes[0]}")
 
-    _assert_exactly_once(setup.sink_rows(spark), produced - rejected)
+    assert_exactly_once(setup.sink_rows(spark), produced - rejected)
     assert _dead_letter_keys(setup) == rejected
     assert setup.leftovers_for_a_fresh_member() == []
     totals = setup.progress()
@@ -255,7 +255,7 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
             query.stop()
     sinks = [setup.sink_rows(spark) for setup in setups]
     everything = [row for rows in sinks for row in rows] + got_by_worker
-    _assert_exactly_once(everything, produced)
+    assert_exactly_once(everything, produced)
     assert {dc for *_, dc in everything} == {1}, "a record was delivered twice: two members held it"
     assert all(sinks) and got_by_worker, f"a member took nothing: {[len(s) for s in sinks]}, {len(got_by_worker)}"
     group_store = GroupStore.existing(group_location, storage_options=store.storage)

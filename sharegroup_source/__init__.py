@@ -27,10 +27,12 @@ from sharegroup_source.errors import (
     GroupConfigError,
     OptionError,
     OutcomeError,
+    SparkVersionError,
     StateMismatchError,
     StateStoreError,
     TlsError,
 )
+from sharegroup_source.spark_version import check_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,41 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "DeltaShareConsumer",
            "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
            "StateStoreError", "TlsError", "acknowledge", "check_spark", "register"]
-
-#: The first Spark whose Python data sources can stream (``DataSourceStreamReader``).
-MIN_SPARK = (4, 0)
-
-
-class SparkVersionError(ImportError):
-    """The running Spark (or its absence) cannot host the source; the message names what was found and what is needed.
-
-    An ImportError, so that importing the source on such a Spark fails the way a missing module does.
-    """
-
-
-def check_spark(version: str | None = None) -> str:
-    """The running Spark's version, checked: ``version`` (a session's ``spark.version``) or pyspark's own.
-
-    pyspark is no install requirement (Databricks and spark-submit bring their own Spark, and a
-    second one from an index would shadow it), so the check happens here, where Spark is used.
-    """
-    if version is None:
-        try:
-            import pyspark
-        except ImportError as error:
-            raise SparkVersionError("sharegroup-source needs Spark 4.0 or newer and found no pyspark: install "
-                                    "'sharegroup-source[spark]' for a local Spark, or run where Spark is provided") \
-                from error
-        version = str(pyspark.__version__)
-    try:
-        found = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return version  # a vendor's version string: let Spark's own API decide
-    if found < MIN_SPARK:
-        raise SparkVersionError(f"sharegroup-source needs Spark 4.0 or newer (Python streaming data sources); this is "
-                                f"Spark {version}")
-    return version
-
 
 def register(spark: SparkSession) -> None:
     """Register ``format("sharegroup")`` on ``spark``; idempotent, so every notebook cell may call it.

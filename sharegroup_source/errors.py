@@ -9,7 +9,8 @@ from __future__ import annotations
 from state_store.errors import FencedError, StateStoreError
 
 __all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError",
-           "GroupConfigError", "OptionError", "OutcomeError", "StateMismatchError", "StateStoreError", "TlsError"]
+           "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
+           "StateStoreError", "TlsError"]
 
 
 class OptionError(ValueError):
@@ -52,3 +53,10 @@ class GroupConfigError(ValueError):
     def __init__(self, message: str, refused: tuple[str, ...] = ()):
         super().__init__(message)
         self.refused = refused or (message,)
+
+
+class SparkVersionError(ImportError):
+    """The running Spark (or its absence) cannot host the source; the message names what was found and what is needed.
+
+    An ImportError, so that importing the source on such a Spark fails the way a missing module does.
+    """

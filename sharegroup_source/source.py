@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharegroup_source import check_spark
+from sharegroup_source.spark_version import check_spark
 
 # before pyspark.sql.datasource, which a Spark without Python data sources (3.5) lacks: one line naming the versions
 SPARK_VERSION = check_spark()

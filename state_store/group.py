@@ -28,8 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write, redact_location
+from state_store.delta_table import Snapshot, StateTable, Write
 from state_store.errors import GroupSettingsError, StateStoreError
+from state_store.redaction import redact_location
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
 

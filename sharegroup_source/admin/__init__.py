@@ -54,7 +54,7 @@ from sharegroup_source.admin.model import (
     PartitionDescription,
     PartitionReset,
     ResetPlan,
-    _now_ms,
+    current_ms,
     to_arrow,
 )
 from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log_offsets, read_location
@@ -80,7 +80,7 @@ def describe_groups(locations: Iterable[str] = (), *, groups: Iterable[str] = ()
     ``requests``, if given, counts the share-group admin requests sent, by API.
     """
     config = _client_config(bootstrap_servers, kafka_config)
-    now_ms = _now_ms()
+    now_ms = current_ms()
     found = [read_location(location, storage_options) for location in locations]
     deltas = [read for read in found if isinstance(read, DeltaGroup)]
     ledgers = [read for read in found if isinstance(read, QueryLedger)]

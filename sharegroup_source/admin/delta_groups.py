@@ -18,8 +18,8 @@ from sharegroup_source.admin.model import (
     Key,
     PartitionReset,
     ResetPlan,
-    _now_ms,
-    _shown_time,
+    current_ms,
+    shown_time,
 )
 from sharegroup_source.admin.state_locations import live_members
 from sharegroup_source.errors import OptionError
@@ -51,7 +51,7 @@ def reset_delta_offsets(location: str, *, to: str | int | datetime, topics: Iter
     """
     group, shown = _delta_group(location, storage_options)
     cluster = Cluster(config)
-    now_ms = _now_ms()
+    now_ms = current_ms()
     check = _refusal(group, now_ms)
     current = group.share_state.partitions()
     check(current)
@@ -85,7 +85,7 @@ def delete_delta_offsets(location: str, topic: str, *, execute: bool,
     group has no state for ``topic``.
     """
     group, shown = _delta_group(location, storage_options)
-    refusal = _refusal(group, _now_ms())
+    refusal = _refusal(group, current_ms())
     if execute:
         removed, _ = group.share_state.remove_topic(topic, refusal)
     else:
@@ -173,7 +173,7 @@ def _refusal(group: GroupStore, now_ms: int) -> Callable[[Mapping[Key, SharePart
         live = live_members(members, partitions, now_ms)
         if live:
             named = "; ".join(f"{m.member_id} ({m.kind} on {m.host or 'an unknown host'}, holds {m.records_held} "
-                              f"records, last seen {_shown_time(m.last_seen)})" for m in live)
+                              f"records, last seen {shown_time(m.last_seen)})" for m in live)
             raise GroupNotEmptyError(
                 f"share group '{group.group_id}' at {group.location_shown} is not empty: {named}. KIP-932 resets "
                 f"and deletes the offsets of an empty group only: stop its members (a member that died counts "

@@ -19,7 +19,8 @@ import pyarrow as pa
 from sharegroup_source.kafka.group_configs import ConfigChange, GroupConfig
 
 __all__ = ["KAFKA_TIMEOUT_S", "SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
-           "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "to_arrow"]
+           "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "as_utc", "current_ms",
+           "iso_time", "shown_time", "time_of_ms", "to_arrow"]
 
 #: A member not seen for this long, holding no live lock, is gone: Kafka's default
 #: ``group.share.session.timeout.ms``. Delta members heartbeat every third of the lock duration.
@@ -185,22 +186,24 @@ def _base_type(annotation: Any) -> type:
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _time(ms: int | None) -> datetime | None:
+def time_of_ms(ms: int | None) -> datetime | None:
     """Epoch milliseconds as an exact UTC datetime (a float division would round some)."""
     return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
 
 
-def _utc(when: datetime) -> datetime:
+def as_utc(when: datetime) -> datetime:
+    """``when`` in UTC; a naive datetime means UTC already."""
     return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
 
 
-def _shown_time(when: datetime | None) -> str | None:
-    return None if when is None else _iso(when)
+def shown_time(when: datetime | None) -> str | None:
+    """A time as the tables print it, or None."""
+    return None if when is None else iso_time(when)
 
 
-def _iso(when: datetime) -> str:
+def iso_time(when: datetime) -> str:
     """To the second, in UTC: how the tables print times (naive means UTC)."""
-    return _utc(when).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return as_utc(when).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -217,6 +220,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _now_ms() -> int:
+def current_ms() -> int:
+    """Now, in epoch milliseconds (the state tables' clock)."""
     return int(time.time() * 1000)
 

@@ -22,7 +22,7 @@ from sharegroup_source.admin.model import (
     Key,
     MemberDescription,
     PartitionDescription,
-    _time,
+    time_of_ms,
 )
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import GroupConfig
@@ -113,7 +113,7 @@ def _delta_partition(key: Key, sp: SharePartition, offsets: LogOffsets) -> Parti
         acquired=sp.count(RecordState.ACQUIRED), available=sp.count(RecordState.AVAILABLE),
         acknowledged=sp.count(RecordState.ACKNOWLEDGED), archived=sp.count(RecordState.ARCHIVED),
         max_delivery_count=max((b.delivery_count for b in sp.batches), default=0),
-        oldest_lock_deadline=_time(min(deadlines, default=None)), error=error)
+        oldest_lock_deadline=time_of_ms(min(deadlines, default=None)), error=error)
 
 
 def live_members(members: Sequence[MemberInfo], partitions: Mapping[Key, SharePartition],
@@ -127,7 +127,7 @@ def live_members(members: Sequence[MemberInfo], partitions: Mapping[Key, SharePa
             if m.left_at_ms is None and m.last_seen_ms >= now_ms - SESSION_TIMEOUT_MS}
     live = sorted(seen | set(held), key=lambda m: (known[m].joined_at_ms if m in known else 0, m))
     return [MemberDescription(m, known[m].kind if m in known else "unknown", known[m].host if m in known else None,
-                              _time(known[m].last_seen_ms) if m in known else None, held[m]) for m in live]
+                              time_of_ms(known[m].last_seen_ms) if m in known else None, held[m]) for m in live]
 
 
 class QueryLedger:
@@ -194,7 +194,7 @@ def _ledger_partition(key: Key, entries: Sequence[LedgerEntry], broker: Partitio
                                           lag=None, acquired=None, available=None, acknowledged=None, archived=None,
                                           max_delivery_count=None, oldest_lock_deadline=None)
     return replace(base, acquired=sum(counts[s] for s in UNSETTLED), acknowledged=counts[EpochStatus.ACKED],
-                   max_delivery_count=max_delivery, oldest_lock_deadline=_time(min(deadlines, default=None)),
+                   max_delivery_count=max_delivery, oldest_lock_deadline=time_of_ms(min(deadlines, default=None)),
                    ack_failed=counts[EpochStatus.ACK_FAILED])
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sharegroup_source.admin.model import ConfigPlan, GroupDescription, PartitionDescription, ResetPlan, _shown_time
+from sharegroup_source.admin.model import ConfigPlan, GroupDescription, PartitionDescription, ResetPlan, shown_time
 
 __all__ = ["config_table", "describe_table", "reset_table"]
 
@@ -21,7 +21,7 @@ _PARTITION_COLUMNS: list[tuple[str, Callable[[GroupDescription, PartitionDescrip
     ("AVAILABLE", lambda d, p: p.available), ("ACKNOWLEDGED", lambda d, p: p.acknowledged),
     ("ARCHIVED", lambda d, p: p.archived), ("MAX-DELIVERY-COUNT", lambda d, p: p.max_delivery_count),
     ("LOG-START-OFFSET", lambda d, p: p.log_start_offset), ("LOG-END-OFFSET", lambda d, p: p.log_end_offset),
-    ("OLDEST-LOCK-DEADLINE", lambda d, p: _shown_time(p.oldest_lock_deadline)),
+    ("OLDEST-LOCK-DEADLINE", lambda d, p: shown_time(p.oldest_lock_deadline)),
 ]
 
 
@@ -38,7 +38,7 @@ def describe_table(descriptions: Sequence[GroupDescription]) -> str:
     partitions = _table([name for name, _ in _PARTITION_COLUMNS],
                         [[cell(d, p) for _, cell in _PARTITION_COLUMNS] for d in described for p in d.partitions])
     members = _table(["GROUP", "MEMBER-ID", "CLIENT-ID", "HOST", "KIND", "LAST-SEEN", "RECORDS-HELD", "ASSIGNMENT"],
-                     [[d.group_id, m.member_id, m.client_id, m.host, m.kind, _shown_time(m.last_seen), m.records_held,
+                     [[d.group_id, m.member_id, m.client_id, m.host, m.kind, shown_time(m.last_seen), m.records_held,
                        _assignment(m.assignment)] for d in described for m in d.members])
     settings = _table(["GROUP", "CONFIG", "VALUE", "SOURCE"],
                       [[d.group_id, s.key, _value(s.value), s.source] for d in described for s in d.settings])

@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from sharegroup_source.testing.jars import java, kafka_classpath
 
 __all__ = ["KAFKA_TOOLS", "TEST_SETTINGS", "ApacheKafka", "BrokerStartError", "KafkaNode", "create_topic",
-           "kafka_java", "new_cluster_id", "set_group_configs", "wait_ready"]
+           "free_port", "kafka_java", "new_cluster_id", "orphan_guard", "set_group_configs", "wait_ready"]
 
 #: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
 KAFKA_TOOLS = {
@@ -133,7 +133,8 @@ def set_group_configs(admin: AdminClient, group: str, settings: Mapping[str, str
         future.result(timeout_s)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on right now (the servers the suite starts each take one)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -147,7 +148,7 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _orphan_guard() -> list[str]:
+def orphan_guard() -> list[str]:
     """A prefix that kills the child when this process dies, however it dies (Linux).
 
     The signal comes when the *thread* that started the child ends (prctl's PR_SET_PDEATHSIG):
@@ -180,7 +181,7 @@ class KafkaNode:
     def __init__(self, directory: Path, node_id: int, *, heap: str, jvm_options: Sequence[str] = JVM_OPTIONS):
         self.directory = directory
         self.node_id = node_id
-        self.port, self.controller_port = _free_port(), _free_port()
+        self.port, self.controller_port = free_port(), free_port()
         self.heap = heap
         self.jvm_options = tuple(jvm_options)
         self.process: subprocess.Popen | None = None
@@ -242,7 +243,7 @@ class KafkaNode:
         if self._log is None:
             self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [*_orphan_guard(), *self.java("kafka.Kafka", str(self.config_path))],
+            [*orphan_guard(), *self.java("kafka.Kafka", str(self.config_path))],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
@@ -347,7 +348,7 @@ class ApacheKafka:
     def spawn_tool(self, tool: str, args: Sequence[str], **popen: Any) -> subprocess.Popen:
         """Start a long-running tool (a console share consumer); it dies with this process."""
         command = self._java(KAFKA_TOOLS[tool], *args, log_config="tools-log4j2.properties")
-        return subprocess.Popen([*_orphan_guard(), *command], **popen)
+        return subprocess.Popen([*orphan_guard(), *command], **popen)
 
     def pause(self) -> None:
         """Freeze the broker's JVM (SIGSTOP): clients see a broker that stopped answering."""

@@ -44,7 +44,7 @@ from typing import IO
 
 from azure.storage.blob import BlobServiceClient
 
-from sharegroup_source.testing.apache_kafka import _free_port, _orphan_guard
+from sharegroup_source.testing.apache_kafka import free_port, orphan_guard
 from sharegroup_source.testing.store_server import CommitCounts, StoreServer
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AZURITE_ENV", "Azurite", "AzuriteError", "AzuriteMissing"]
@@ -118,7 +118,7 @@ class Azurite(StoreServer):
         binary = azurite_blob()
         self.directory = Path(tempfile.mkdtemp(prefix="sharegroup-azurite-"))
         (self.directory / "data").mkdir()
-        self.port = _free_port()
+        self.port = free_port()
         self._log = self.log_path.open("ab")
         self._argv = [str(binary), "--blobHost", self.host, "--blobPort", str(self.port),
                          "--location", str(self.directory / "data"), "--skipApiVersionCheck", "--silent",
@@ -137,7 +137,7 @@ class Azurite(StoreServer):
             return
         if not self._argv:
             raise AzuriteError("Azurite was never started")
-        self._process = subprocess.Popen([*_orphan_guard(), *self._argv], stdout=self._log,
+        self._process = subprocess.Popen([*orphan_guard(), *self._argv], stdout=self._log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, KafkaNode, _free_port
+from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, KafkaNode, free_port
 
 __all__ = ["ADMIN_USER", "SecuredKafka", "make_tls"]
 
@@ -78,7 +78,7 @@ class SecuredKafka(ApacheKafka):
         assert self.directory is not None
         # localhost left out: a client that connects by that name meets a hostname mismatch
         self.tls = make_tls(self.directory / "tls", hosts=("127.0.0.1",))
-        secured = _free_port()
+        secured = free_port()
         self.internal_servers = node.address
         self.bootstrap_servers = f"127.0.0.1:{secured}"
         plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())

@@ -34,6 +34,11 @@ COMPAT := $(VENV)/compat
 COMPAT_TESTS := tests/test_compat.py tests/test_spark_connect.py
 COMPAT_VENVS := $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/.installed)
 
+# pytest-xdist workers of make test: the suite mostly waits (brokers, acquisition locks, Spark's triggers), so two
+# workers keep a 2-core machine busy; each starts its own Apache Kafka and SparkSession (tests/conftest.py keeps the
+# three-node cluster, the secured broker and the previous Kafka on one worker each)
+TEST_WORKERS ?= 2
+
 .PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars tools clean
 
 $(STAMP): setup.py
@@ -98,7 +103,7 @@ test:
 	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(COMPAT_VENVS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	$(MAKE) compat
 
 # the inner loop, under 5 minutes: lint, types, unit tests and one end-to-end stream, on the embedded broker only

@@ -43,6 +43,8 @@ setup(
         "test": [
             "pytest>=8,<10",
             "pytest-timeout>=2.3,<3",
+            # the suite in two workers (make test): most of its time is spent waiting on brokers, locks and Spark
+            "pytest-xdist>=3.8,<4",
             "chispa>=0.10,<1",
             "ruff>=0.6",
             # the type checker make test runs over sharegroup_source/ and state_store/ (pyproject.toml)

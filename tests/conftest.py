@@ -43,8 +43,19 @@ def selected_peers() -> list[str]:
     return list(PEERS) if value in ("both", "standard") else [value]
 
 
+#: Session fixtures too costly to start on every pytest-xdist worker (the three-node cluster takes 7-11 s and
+#: three JVMs, the secured broker a certificate authority and ACLs): the tests using one run on one worker.
+#: Apache Kafka's broker (``kafka``), the embedded one and the SparkSession start on each worker that needs them.
+_ONE_WORKER = {"kafka_cluster": "cluster", "secured_kafka": "secured", "previous_kafka": "previous-kafka"}
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under ``standard``, deselect the embedded variant of tests not marked ``embedded``."""
+    """Under ``standard``, deselect the embedded variant of tests not marked ``embedded``; put the tests of each
+    costly session fixture in one xdist group (``--dist loadgroup`` runs a group on one worker)."""
+    for item in items:
+        group = next((name for fixture, name in _ONE_WORKER.items() if fixture in item.fixturenames), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if _peers_setting() != "standard":
         return
     dropped = [item for item in items if getattr(item, "callspec", None) is not None

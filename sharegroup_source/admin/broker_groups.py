@@ -19,7 +19,6 @@ from typing import Any
 
 from sharegroup_source.admin.cluster import Cluster, describe_target, new_offsets, topic_keys
 from sharegroup_source.admin.model import (
-    KAFKA_TIMEOUT_S,
     GroupDescription,
     GroupNotEmptyError,
     Key,
@@ -30,7 +29,7 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import GroupConfig, describe_group_configs
-from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
+from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import LATEST, Coordinator, DescribedShareGroup, Failed, StartOffset
 
 __all__ = ["delete_broker_groups", "delete_broker_offsets", "describe_broker_groups", "reset_broker_offsets"]

@@ -12,10 +12,11 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.admin.model import KAFKA_TIMEOUT_S, Key, as_utc, iso_time
+from sharegroup_source.admin.model import Key, as_utc, iso_time
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.metadata import LogBounds
 from sharegroup_source.kafka.settings import admin_config
+from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S
 
 __all__ = ["Cluster", "describe_target", "kafka_config", "new_offsets", "parse_topic_spec", "topic_keys"]
 

@@ -18,15 +18,13 @@ import pyarrow as pa
 
 from sharegroup_source.kafka.group_configs import ConfigChange, GroupConfig
 
-__all__ = ["KAFKA_TIMEOUT_S", "SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
+__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
            "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "as_utc", "current_ms",
            "iso_time", "shown_time", "time_of_ms", "to_arrow"]
 
 #: A member not seen for this long, holding no live lock, is gone: Kafka's default
 #: ``group.share.session.timeout.ms``. Delta members heartbeat every third of the lock duration.
 SESSION_TIMEOUT_MS = 45_000
-#: How long a Kafka request of the admin may take before its cluster counts as unreachable.
-KAFKA_TIMEOUT_S = 15.0
 
 
 Key = tuple[str, int]

@@ -55,12 +55,15 @@ from sharegroup_source.kafka.share_requests import (
     parse_offsets,
 )
 
-__all__ = ["NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
+__all__ = ["KAFKA_TIMEOUT_S", "NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
 
 T = TypeVar("T")
 
 #: How a cluster without share-group admin APIs is named (librdkafka's embedded broker, Kafka before 4.1).
 NO_SHARE_GROUP_ADMIN = "the Kafka cluster has no share-group admin API"
+#: How long an admin request (the share-group protocol's or an admin client's) may take before its cluster counts as
+#: unreachable.
+KAFKA_TIMEOUT_S = 15.0
 _BACKOFF_S = 0.2
 #: Requests one connection keeps unanswered: kafka-python's max_in_flight_requests_per_connection (5).
 _IN_FLIGHT = 5

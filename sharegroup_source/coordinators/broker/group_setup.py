@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 
-from sharegroup_source.admin.model import KAFKA_TIMEOUT_S
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import (
     already_started,
@@ -20,7 +19,7 @@ from sharegroup_source.kafka.group_configs import (
     asked_by,
     read_group_configs,
 )
-from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
+from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import Failed
 from sharegroup_source.options import SourceOptions
 

@@ -27,7 +27,7 @@ from sharegroup_source.kafka.share_protocol import kafka_python_config
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.test_admin import _cli
 
-MESSAGES = Path(__file__).parents[1] / "sharegroup_source" / "admin" / "messages"
+MESSAGES = Path(__file__).parents[1] / "sharegroup_source" / "kafka" / "messages"
 KAFKA_JARS = Path(__file__).parents[1] / "jvm" / "target" / "kafka"
 
 

@@ -65,6 +65,8 @@ def test_a_stop_right_after_a_commit_accepts_the_committed_batch(spark, kafka, t
                  interval_s=0.01)
     finally:
         query.stop()
+    # Spark's stop returns before its Python worker has stopped: the member leaves last, after the ledger write
+    setup.wait_until_member_left()
     in_sink = {(p, v) for p, v, _ in setup.sink_rows(spark)}
     assert in_sink and in_sink <= produced
     assert [e.status for e in setup.ledger_entries()] == ["ACKED"]

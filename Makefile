@@ -39,7 +39,10 @@ COMPAT_VENVS := $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/.installed)
 # three-node cluster, the secured broker and the previous Kafka on one worker each)
 TEST_WORKERS ?= 2
 
-.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars tools clean
+# Debian's Chromium: tests/test_docs.py opens the built documentation site in it, headless
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars tools chromium clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -57,16 +60,20 @@ $(COMPAT)/spark-%/.installed: setup.py
 	$(call dev_install,$(COMPAT)/spark-$*/bin,compat-test,'pyspark[connect]==$*')
 	touch $@
 
-compat: $(STAMP) $(JARS) $(COMPAT_VENVS)
-	@for python in $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/bin/python); do \
-		echo "== compatibility slice: Spark $$($$python -c 'import pyspark; print(pyspark.__version__)'), $$($$python -V)"; \
+# the slices run at once (make -O keeps each one's output together): each mostly waits on its Spark and broker
+compat: $(foreach v,$(COMPAT_SPARKS),compat-$(v))
+# a venv's stamp is made through the pattern rule: not an intermediate file make may delete
+.PRECIOUS: $(COMPAT)/spark-%/.installed
+
+compat-%: $(STAMP) $(JARS) $(COMPAT)/spark-%/.installed
+	@python=$(COMPAT)/spark-$*/bin/python; \
+		echo "== compatibility slice: Spark $*, $$($$python -V)"; \
 		start=$$(date +%s); \
 		SHAREGROUP_TEST_KAFKA=apache $$python -m pytest -p no:cacheprovider -q -m "compat and not primary_spark" \
 			$(COMPAT_TESTS) || exit 1; \
-		echo "== slice took $$(( $$(date +%s) - start )) s"; \
-	done
+		echo "== Spark $* slice took $$(( $$(date +%s) - start )) s"
 
-# the wheel the README's Databricks and spark-submit recipes install: dist/sharegroup_source-<version>-py3-none-any.whl
+# the wheel the deployment page's Databricks and spark-submit recipes install (docs/deployment.md): dist/sharegroup_source-<version>-py3-none-any.whl
 wheel: $(STAMP)
 	rm -rf build/lib
 	$(BIN)/pip wheel --quiet --no-deps -w dist .
@@ -90,6 +97,14 @@ $(TOOLS): tools/package.json tools/package-lock.json
 
 tools: $(TOOLS)
 
+# installed once, with apt (the machine runs as root; sudo otherwise); where there is no apt the browser test skips
+chromium:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif command -v apt-get >/dev/null; then \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium: $(CHROMIUM) is missing and there is no apt-get to install it: tests/test_docs.py skips its browser check"; fi
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py $(DEMO_ARGS)
 
@@ -100,17 +115,19 @@ demo-kafka: $(STAMP) $(JARS)
 # Setup first, its parts at once (pip, Maven and npm each wait on the network and the disk more than on a core):
 # 176 s instead of about 250 on a fresh 2-core machine (2026-11-27). Then the suite, then the slices of the other Sparks.
 test:
-	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(COMPAT_VENVS)
+	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(COMPAT_VENVS) chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
-	$(MAKE) compat
+	$(MAKE) --no-print-directory -j3 -O compat
 
-# the inner loop, under 5 minutes: lint, types, unit tests and one end-to-end stream, on the embedded broker only
-check: $(STAMP)
+# the inner loop, under 5 minutes: lint, types, the documentation site (warnings, broken links and anchors are
+# errors), unit tests and one end-to-end stream, on the embedded broker only
+check: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	SHAREGROUP_TEST_KAFKA=embedded $(BIN)/python -m pytest -q tests/test_options.py tests/test_schema.py \
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	SHAREGROUP_TEST_KAFKA=embedded $(BIN)/python -m pytest -q tests/test_options.py tests/test_docs.py tests/test_schema.py \
 		tests/test_state_share_partition.py tests/test_acknowledger.py tests/test_batch_size.py \
 		tests/test_redaction.py tests/test_kafka_errors.py "tests/test_source.py::test_every_record_exactly_once_into_a_file_sink"
 

@@ -65,8 +65,23 @@ setup(
             # [connect]: tests/test_spark_connect.py runs the source through a Spark Connect session
             "pyspark[connect]==4.2.0",
             "delta-spark==4.4.0",
+            # make check builds the documentation site and tests/test_docs.py opens it: the docs extra's pins
+            "mkdocs>=1.6,<2",
+            "mkdocs-material>=9.8,<10",
+            "mkdocstrings>=1.0,<2",
+            "mkdocstrings-python>=2.0,<3",
         ],
         "delta-spark": ["delta-spark==4.4.0"],
+        # the documentation site (mkdocs.yml; `mkdocs serve`, `mkdocs build --strict`)
+        "docs": [
+            # mkdocs 1.6: its `validation` settings make broken links and anchors warnings, errors under --strict
+            "mkdocs>=1.6,<2",
+            # the theme, with its search; 9.8 is the version checked
+            "mkdocs-material>=9.8,<10",
+            # the API reference from the docstrings: mkdocstrings 1.0 and its Python handler 2.0 (1.0.8, 2.0.11 checked)
+            "mkdocstrings>=1.0,<2",
+            "mkdocstrings-python>=2.0,<3",
+        ],
         # the compatibility slice's venvs (make compat): pytest only; the Makefile adds pyspark[connect]==<version>
         "compat-test": ["pytest>=8,<10", "pytest-timeout>=2.3,<3", "psutil>=5.9,<8"],
     },

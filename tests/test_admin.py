@@ -41,7 +41,10 @@ from state_store.group import GroupStore
 from tests.streams import StreamSetup
 from tests.test_java_member import _share_groups, _table
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+#: The documentation: the README and the site's pages, operating share groups among them
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+OPERATING = ROOT / "docs" / "operating.md"
 #: A lock long enough that a member's renewer (every third of it) does not commit during a test.
 LONG_LOCK_MS = 120_000
 
@@ -396,17 +399,19 @@ def test_a_broker_coordinated_querys_state_is_described_and_agrees_with_kafkas_t
         assert all(result.ok for result in holder.commit()), "the held records stayed held"
 
 
-def test_readme_names_every_subcommand_and_option_of_the_cli():
-    text = README.read_text()
-    section = text[text.index("## Operating a share group"):text.index("## Per-record outcomes")]
+def test_the_docs_name_every_subcommand_and_option_of_the_cli():
+    """The operating page shows every admin subcommand with each of its options and the session timeout; the other
+    subcommands (the local brokers) are shown somewhere in the documentation."""
+    text = "\n".join(path.read_text() for path in DOCS)
+    section = OPERATING.read_text()
     commands = next(a for a in cli._parser()._actions if a.dest == "command").choices
     for name, parser in commands.items():
-        where = section if name in cli.ADMIN_COMMANDS else text
-        assert f"sharegroup {name}" in where, f"the README does not show `sharegroup {name}`"
+        where, shown = (section, OPERATING.name) if name in cli.ADMIN_COMMANDS else (text, "the documentation")
+        assert f"sharegroup {name}" in where, f"{shown} does not show `sharegroup {name}`"
         options = [o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help")]
         missing = [o for o in options if o not in where]
-        assert not missing, f"the README does not name {missing} of `sharegroup {name}`"
-    assert f"{SESSION_TIMEOUT_MS // 1000} s" in section, "the README states the session timeout"
+        assert not missing, f"{shown} does not name {missing} of `sharegroup {name}`"
+    assert f"{SESSION_TIMEOUT_MS // 1000} s" in section, f"{OPERATING.name} states the session timeout"
 
 
 def test_a_reset_where_there_is_no_delta_group_says_how_to_name_a_broker_group(tmp_path, capsys):

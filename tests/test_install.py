@@ -131,12 +131,15 @@ def test_the_installed_wheel_is_found_and_register_helps_an_older_session(wheel:
 
 def test_the_docs_say_how_a_running_session_finds_the_format() -> None:
     """The Databricks notebook registers the format (a %pip install into a running session is not
-    discovered), the README says so, and neither names an index the package is not on."""
+    discovered), the deployment page's Databricks section says so, and neither the notebook nor the
+    documentation (the README and the site's pages) names an index the package is not on."""
     notebook = (ROOT / "notebooks" / "databricks_orders_job.py").read_text()
-    readme = (ROOT / "README.md").read_text()
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    docs = [(ROOT / "README.md").read_text(), *(page.read_text() for page in sorted((ROOT / "docs").rglob("*.md")))]
     assert "sharegroup_source.register(spark)" in notebook and "DATA_SOURCE_NOT_FOUND" in notebook
-    assert "### Databricks" in readme and "register(spark)" in readme.split("### Databricks")[1].split("###")[0]
-    for text in (notebook, readme):
+    assert "## Databricks" in deployment
+    assert "register(spark)" in deployment.split("## Databricks")[1].split("\n## ")[0]
+    for text in (notebook, *docs):
         assert "pip install sharegroup-source" not in text
 
 

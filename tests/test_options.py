@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.types import StructType
 
 from sharegroup_source.errors import OptionError
@@ -32,8 +33,8 @@ def test_defaults_and_kafka_passthrough():
     ("coordinator", "delta", "option 'groupLocation' is required with option 'coordinator'='delta'"),
     ("subscribe", " , ", "option 'subscribe' names no topic"),
     ("kafka.max.poll.records", "5", "option 'kafka.max.poll.records' is managed by the sharegroup source"),
-    ("maxRecordPerTrigger", "5", "unknown option(s) 'maxRecordPerTrigger' (did you mean maxRecordsPerTrigger?)"),
-    ("StartingOffset", "earliest", "unknown option(s) 'StartingOffset' (did you mean startingOffsets?)"),
+    ("maxRecordPerTrigger", "5", "unknown option 'maxRecordPerTrigger' (did you mean maxRecordsPerTrigger?)"),
+    ("StartingOffset", "earliest", "unknown option 'StartingOffset' (did you mean startingOffsets?)"),
     ("startingOffsets", "beginning", "option 'startingOffsets' must be earliest or latest, got 'beginning'"),
     ("startingOffsets", '{"t":{"0":5}}', "per-partition offsets are `sharegroup reset-offsets`"),
 ])
@@ -210,3 +211,43 @@ def test_delta_option_mistakes_name_the_option(extra, message):
     with pytest.raises(OptionError, match=re.escape(message)):
         SourceOptions.parse({**DELTA, **extra})
 
+
+
+# -- an unknown option as Spark hands it over: lower-cased ----------------------------------------------------------
+def _as_spark_passes(options: dict[str, str]) -> CaseInsensitiveDict:
+    """The options as DataSource.__init__ receives them from Spark: pyspark's worker fills a CaseInsensitiveDict,
+    whose keys are lower-cased (and the JVM's CaseInsensitiveMap sent them lower-cased already)."""
+    return CaseInsensitiveDict(options)
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    ("maxRecordPerTrigger", "unknown option 'maxrecordpertrigger' (did you mean maxRecordsPerTrigger?)"),
+    ("StartingOffset", "unknown option 'startingoffset' (did you mean startingOffsets?)"),
+    ("checkpointLocaton", "unknown option 'checkpointlocaton' (did you mean checkpointLocation?)"),
+    ("failOnDataLos", "unknown option 'failondatalos' (did you mean failOnDataLoss?)"),
+    # Spark's Kafka source's own names point to this source's
+    ("maxOffsetsPerTrigger", "unknown option 'maxoffsetspertrigger' (did you mean maxRecordsPerTrigger?)"),
+    ("subscribePattern", "unknown option 'subscribepattern' (did you mean subscribe?)"),
+    # a family's prefix misspelt or without its dot
+    ("groupConfigs.share.delivery.count.limit",
+     "unknown option 'groupconfigs.share.delivery.count.limit' (did you mean groupConfig.share.delivery.count.limit?)"),
+    ("stateStorage", "unknown option 'statestorage' (did you mean stateStorage.<key>?)"),
+])
+def test_an_unknown_option_from_spark_gets_the_closest_one_in_its_documented_spelling(written, said):
+    options = _as_spark_passes({**BASE, written: "1"})
+    assert written.lower() in options.data, "pyspark no longer lower-cases the names: name the option as written"
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse(options)
+    assert str(error.value).startswith(f"{said}; Spark passes option names lower-cased; sharegroup options: ")
+
+
+def test_unknown_options_are_each_named_and_the_spelling_kept_where_it_reaches_the_source():
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**BASE, "pollTimeOut": "5", "maxRecordPerTrigger": "5", "zzz": "1"})
+    said = str(error.value)
+    assert said.startswith("unknown options 'maxRecordPerTrigger' (did you mean maxRecordsPerTrigger?), 'pollTimeOut' "
+                           "(did you mean pollTimeoutMs?), 'zzz'; sharegroup options: "), said
+    assert "lower-cased" not in said  # the names came as written: nothing to explain
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse(_as_spark_passes({**BASE, "zzz": "1"}))
+    assert str(error.value).startswith("unknown option 'zzz'; sharegroup options: checkpointLocation, "), error.value

@@ -119,7 +119,7 @@ def driver_parts(root: Path, run_id: str = "run-1", lock_duration_ms: int | None
     """A started run at ``root / "state"``: its fence is in the ledger and its book read what earlier runs left."""
     store = StateStore(str(root / "state"))
     coordinator, counters = FakeCoordinator(lock_duration_ms=lock_duration_ms), SourceCounters()
-    acks = Acknowledger(coordinator, store, "q", counters, lock_duration_ms, _never_read)  # type: ignore[arg-type]
+    acks = Acknowledger(coordinator, store, "q", counters, lock_duration_ms, _never_read, "127.0.0.1:9092")  # type: ignore[arg-type]
     maintenance = BackgroundMaintenance(maintain, "test state")
     book = EpochBook(store, "q", run_id, acks, counters, lock_duration_ms=lock_duration_ms, state_shown="/the/state",
                      maintenance=maintenance, maintain_every=maintain_every)

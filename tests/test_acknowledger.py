@@ -37,7 +37,7 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     client = _Answering(answered={("t", 0)})
     coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
-    acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read)
+    acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read, "127.0.0.1:9092")
     acknowledger.settle([entry], {})
     outcomes = list(acknowledger.outcomes())
     assert sum(run.size for run in client.staged) == 15

@@ -117,7 +117,7 @@ def test_two_groups_keep_their_rows_in_one_dead_letter_location(tmp_path: Path) 
     for group in ("group-a", "group-b"):
         store = StateStore(str(tmp_path / group), dead_letter_location=shared)
         acks = Acknowledger(None, store, group, SourceCounters(), 30_000,  # type: ignore[arg-type]
-                            read_back=_payload_is_at_hand)
+                            read_back=_payload_is_at_hand, bootstrap_servers="127.0.0.1:9092")
         acks.dead_letter(records, reasons)
         acks.dead_letter(records, reasons)  # the same epoch settled again after a restart
 

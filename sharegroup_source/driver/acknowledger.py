@@ -40,7 +40,7 @@ class Acknowledger:
     """Turns committed epochs and recorded decisions into acknowledgements, and counts what took."""
 
     def __init__(self, coordinator: Coordinator, store: StateStore, group_id: str, counters: SourceCounters,
-                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table], bootstrap_servers: str = "B"):
+                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table], bootstrap_servers: str):
         """``lock_duration_ms`` None: locks are renewed, so a slow batch earns no warning. ``read_back``
         reads the records at some positions from the log, for dead letters of records the driver never held.
         ``bootstrap_servers``: the cluster, for the command a lock warning gives."""

@@ -6,7 +6,7 @@
 # MAGIC `pip wheel --no-deps -w dist .`; it is on no public index) installed as a cluster or job
 # MAGIC library, or with `%pip install /Volumes/<catalog>/<schema>/<volume>/sharegroup_source-0.1.0-py3-none-any.whl`
 # MAGIC in the notebook. Needs a Databricks Runtime with Apache Spark 4.0 or later (17.3 LTS and later); not tried on
-# MAGIC Databricks (Spark 4.0 and Spark Connect are tested locally: README, Versions).
+# MAGIC Databricks (Spark 4.0 and Spark Connect are tested locally: docs/versions.md).
 # MAGIC Kafka credentials come from a secret scope; the source never prints `kafka.sasl.*` or passwords.
 # MAGIC
 # MAGIC Job parameters (widgets): `bootstrap`, `group`, `topic`, `state_location`, `checkpoint`, `table`.

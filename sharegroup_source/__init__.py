@@ -31,8 +31,10 @@ from sharegroup_source.errors import (
     StateMismatchError,
     StateStoreError,
     TlsError,
+    WorkerPythonError,
 )
 from sharegroup_source.spark_version import check_spark
+from sharegroup_source.worker_python import check_worker_python, default_worker_python
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,20 +43,30 @@ if TYPE_CHECKING:
 
 __all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "DeltaShareConsumer",
            "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
-           "StateStoreError", "TlsError", "acknowledge", "check_spark", "register"]
+           "StateStoreError", "TlsError", "WorkerPythonError", "acknowledge", "check_spark", "register"]
+
+default_worker_python()
 
 def register(spark: SparkSession) -> None:
     """Register ``format("sharegroup")`` on ``spark``; idempotent, so every notebook cell may call it.
 
     Needed where Spark's discovery cannot see the package: a session that started before the
     install (Spark lists the ``pyspark_*`` modules once per session) or a package only on
-    ``sys.path``. A session that already has the format keeps the one it has.
+    ``sys.path``. A session that already has the format keeps the one it has. A local session whose
+    Python workers would run a Python without the package is refused (:class:`WorkerPythonError`).
     """
     check_spark(spark.version)
     from sharegroup_source.source import ShareGroupDataSource
 
+    if not _is_connect(spark):
+        check_worker_python(spark)
     if not _has_format(spark, ShareGroupDataSource.name()):
         spark.dataSource.register(ShareGroupDataSource)
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session: its workers run at the server, which this process cannot look into."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _has_format(spark: SparkSession, name: str) -> bool:

@@ -10,7 +10,7 @@ from state_store.errors import FencedError, StateStoreError
 
 __all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError",
            "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
-           "StateStoreError", "TlsError"]
+           "StateStoreError", "TlsError", "WorkerPythonError"]
 
 
 class OptionError(ValueError):
@@ -35,7 +35,8 @@ class AuthorizationError(ClusterError):
 
 
 class StateMismatchError(RuntimeError):
-    """The state location belongs to another checkpoint."""
+    """The state location belongs to another checkpoint, or the checkpoint to another release: its offsets are of a
+    format version this release does not read (a newer release wrote them)."""
 
 
 class DataLossError(RuntimeError):
@@ -60,3 +61,7 @@ class SparkVersionError(ImportError):
 
     An ImportError, so that importing the source on such a Spark fails the way a missing module does.
     """
+
+
+class WorkerPythonError(RuntimeError):
+    """Spark's Python workers run a Python without this package; the message names it and the one to run instead."""

@@ -11,6 +11,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader  # noqa: E
 from pyspark.sql.types import StructType  # noqa: E402
 
 from sharegroup_source.driver.stream_reader import ADMISSION_CONTROL, reader_class  # noqa: E402
+from sharegroup_source.error_report import reported  # noqa: E402
 from sharegroup_source.errors import OptionError  # noqa: E402
 from sharegroup_source.options import SourceOptions  # noqa: E402
 from sharegroup_source.schema import spark_schema  # noqa: E402
@@ -25,6 +26,7 @@ class ShareGroupDataSource(DataSource):
     a missing or wrong option fails there with its name in the message.
     """
 
+    @reported
     def __init__(self, options: dict[str, str]):
         super().__init__(options)
         self._parsed = SourceOptions.parse(options)
@@ -42,6 +44,7 @@ class ShareGroupDataSource(DataSource):
     def schema(self) -> StructType:
         return spark_schema(self._parsed.include_headers)
 
+    @reported
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return reader_class()(self._parsed)
 

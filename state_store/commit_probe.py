@@ -17,8 +17,8 @@ all, and credentials that may read but not write.
 What it cannot see: an S3-compatible server that ignores ``If-None-Match`` and overwrites. One
 process cannot provoke a second writer's PUT of a version that exists (delta-rs lists the log
 before its PUT and gives up when the version is taken), and only writers racing within that window
-win twice. tests/test_object_store_servers.py shows the race on such a server; the README names
-the stores that honour the condition.
+win twice. tests/test_object_store_servers.py shows the race on such a server; the documentation's
+object-stores page names the stores that honour the condition.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ any number of writers, in one process or many.
 Why a retention per table: internal state needs no past, so its tables vacuum replaced files at
 once and keep one minute of log. Tables users read (dead letters) keep Delta's retention instead,
 so a reader of an older version, a Delta stream among them, keeps working across maintenance.
+
+Why a format version per table: a state outlives the release that wrote it. Every table is
+created with its format version in the table property ``sharegroup.formatVersion`` (tables made
+before versions have none: version 1), and one that another release made in a format this one
+does not read is refused when opened, before its schema is even looked at.
 """
 
 from __future__ import annotations
@@ -38,17 +43,24 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 
 from state_store.errors import StateStoreError
+from state_store.format_version import FormatVersion
 from state_store.redaction import redact_location
 from state_store.storage_errors import storage_problem
 
-__all__ = ["USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot", "StateTable", "Write", "local_path",
-           "table_uri"]
+__all__ = ["FORMAT_PROPERTY", "TABLE_FORMAT", "USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot",
+           "StateTable", "Write", "local_path", "table_uri"]
 
 #: Concurrent commits a write outlasts before giving up (each lost race costs one re-plan).
 MAX_COMMIT_ATTEMPTS = 500
 #: Files no commit references (a writer lost a race after writing them) are deleted after this long,
 #: so a file a concurrent writer has written but not yet committed is never taken from under it.
 ORPHAN_RETENTION_HOURS = 1
+
+#: The table property a state table keeps its format version in (Delta readers ignore properties they do not know).
+FORMAT_PROPERTY = "sharegroup.formatVersion"
+#: The format of every state table: its schema and what its rows mean. A table whose format changes in a way earlier
+#: releases cannot read takes a version of its own.
+TABLE_FORMAT = FormatVersion(current=1)
 
 _LOG_RETENTION = "delta.logRetentionDuration"
 _FILE_RETENTION = "delta.deletedFileRetentionDuration"
@@ -86,7 +98,7 @@ class Retention:
         return cls(log=log, removed_files=timedelta(0))
 
     def configuration(self) -> dict[str, str]:
-        """The table properties a new table is created with."""
+        """The retention properties a new table is created with."""
         if not self.minimum:
             return {_LOG_RETENTION: _interval(self.log)}  # vacuum is told its retention on every run
         return {_LOG_RETENTION: _interval(self.log), _FILE_RETENTION: _interval(self.removed_files)}
@@ -246,7 +258,7 @@ class StateTable:
         self._local = local_path(self.uri)
         self._storage_options = storage_options
         self.retention = retention or Retention.state()
-        self._configuration = self.retention.configuration()
+        self._configuration = {**self.retention.configuration(), FORMAT_PROPERTY: str(TABLE_FORMAT.current)}
         tail = schema.names[len(schema.names) - len(added_columns):]
         if list(added_columns) != tail or any(not schema.field(c).nullable for c in added_columns):
             raise ValueError(f"added columns {list(added_columns)} must be the last, nullable, columns of "
@@ -368,7 +380,7 @@ class StateTable:
             return
         config = dt.metadata().configuration
         raise_to = {}
-        for key, floor in self._configuration.items():
+        for key, floor in self.retention.configuration().items():
             have = _parse_interval(config.get(key))
             if have is not None and have < _parse_interval(floor):  # type: ignore[operator]
                 raise_to[key] = floor
@@ -411,6 +423,9 @@ class StateTable:
                                       f"({_reason(exc)})") from exc
             raise StateStoreError(f"the {self.name} table at {self.shown} is corrupt: its Delta log cannot be "
                                   f"read ({_reason(exc)})") from exc
+        # first: a newer release's table may well have another schema, and the version says why
+        TABLE_FORMAT.read(dt.metadata().configuration.get(FORMAT_PROPERTY), f"the {self.name} table at {self.shown}",
+                          "start afresh on a new location")
         expected = Schema.from_arrow(self.schema)
         self._missing_columns = self._lacks(dt.schema())
         if dt.schema() != expected and not self._missing_columns:
@@ -454,7 +469,7 @@ class StateTable:
         created_dir = self._local is not None and not os.path.exists(self._local)
         try:
             DeltaTable.create(self.uri, self.schema, mode="ignore", configuration=self._configuration,
-                              storage_options=self._storage_options,
+                              storage_options=self._storage_options, raise_if_key_not_exists=False,  # our property
                               commit_properties=CommitProperties(max_commit_retries=0))
         except CommitFailedError:
             pass  # another writer created it a moment ago

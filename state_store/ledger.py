@@ -10,6 +10,10 @@ Each run of a query first appends a FENCE row with the next generation; from the
 this Ledger makes for the query checks, inside its compare-and-swap commit, that no newer run has
 fenced it. The first run's id names the state for good: offsets carry it, so a checkpoint and a
 state location that do not belong together are told apart.
+
+An ENTRY row says how its offset ranges are encoded (``ranges_encoding``, RANGES_ENCODING): rows of
+the first releases list every missing offset (null: encoding 1), later ones runs (2). A row in an
+encoding this release does not know is refused when its epoch is read, never decoded as another.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import pyarrow as pa
 
 from state_store.delta_table import Piece, Snapshot, StateTable, Write
 from state_store.errors import FencedError, StateStoreError
+from state_store.format_version import FormatVersion
 from state_store.str_enum import StrEnum
 
-__all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "SETTLED", "STATUSES", "UNSETTLED", "EpochStatus", "Fence",
-           "Ledger", "LedgerEntry", "LedgerView", "OffsetRange", "entry_row", "epoch_status"]
+__all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "RANGES_ENCODING", "SETTLED", "STATUSES", "UNSETTLED",
+           "EpochStatus", "Fence", "Ledger", "LedgerEntry", "LedgerView", "OffsetRange", "entry_row", "epoch_status"]
 
 
 class EpochStatus(StrEnum):
@@ -81,14 +86,15 @@ LEDGER_SCHEMA = pa.schema([
     pa.field("acquired_at_ms", pa.int64()),
     pa.field("lock_deadline_ms", pa.int64()),
     pa.field("ranges", pa.list_(_RANGE)),
-    # null: gaps list every missing offset and delivery_counts has one count per record (the first
-    # versions); 2: gaps are flattened inclusive runs [start, end, ...] and delivery_counts flattened
-    # [position in the range, count, ...] pairs for counts other than 1
+    # null (encoding 1): gaps list every missing offset and delivery_counts has one count per record
+    # (the first releases); 2: gaps are flattened inclusive runs [start, end, ...] and delivery_counts
+    # flattened [position in the range, count, ...] pairs for counts other than 1
     pa.field("ranges_encoding", pa.int32()),
 ])
 #: Columns later versions added: an older ledger table gains them with its next write.
 LEDGER_ADDED_COLUMNS = ("ranges_encoding",)
-_RUNS = 2
+#: The encodings of an ENTRY row's ranges this release reads (1: the first releases', stored as null) and writes (2).
+RANGES_ENCODING = FormatVersion(current=2, name="ranges encoding")
 #: what folding needs of every row (FENCE rows have no more): the offset ranges are decoded on demand
 _FOLD_COLUMNS = ("query_id", "epoch", "kind", "status", "commit_version", "updated_at_ms", "member_id")
 
@@ -311,7 +317,7 @@ class Ledger:
     def get(self, query_id: str, epoch: int) -> LedgerEntry | None:
         """The epoch with its latest status, or None if it was never ledgered (or was pruned)."""
         folded = self._fold(self.table.snapshot()).get(query_id, {}).get(epoch)
-        return None if folded is None else folded.entry()
+        return None if folded is None else folded.entry(self.table.shown)
 
     def entries(self, query_id: str, statuses: Iterable[str] | None = None,
                 after_epoch: int | None = None) -> list[LedgerEntry]:
@@ -319,7 +325,7 @@ class Ledger:
         and an epoch above ``after_epoch``."""
         wanted = None if statuses is None else set(statuses)
         folded = self._fold(self.table.snapshot()).get(query_id, {})
-        return [f.entry() for epoch, f in sorted(folded.items())
+        return [f.entry(self.table.shown) for epoch, f in sorted(folded.items())
                 if (wanted is None or f.status in wanted) and (after_epoch is None or epoch > after_epoch)]
 
     def set_status(self, query_id: str, epochs: Iterable[int], status: EpochStatus) -> None:
@@ -435,11 +441,14 @@ class _Folded:
         if row["commit_version"] >= self.version:
             self.version, self.status = row["commit_version"], row["status"]
 
-    def entry(self) -> LedgerEntry:
+    def entry(self, table_shown: str) -> LedgerEntry:
+        """The epoch, its ranges decoded; ``table_shown`` names the ledger in a refusal of the row's encoding."""
         if self._entry is None:
             row = self.row()
-            decode = _decode_runs if row.get("ranges_encoding") == _RUNS else _decode_offsets
-            ranges = tuple(decode(r) for r in row["ranges"] or ())
+            encoding = RANGES_ENCODING.read(
+                row["ranges_encoding"], f"epoch {row['epoch']} of query {row['query_id']!r} in the ledger table at "
+                f"{table_shown}", "start afresh on a new location")
+            ranges = tuple(_DECODERS[encoding](r) for r in row["ranges"] or ())
             self._entry = LedgerEntry(row["query_id"], row["epoch"], ranges, row["member_id"],
                                       row["acquired_at_ms"], row["lock_deadline_ms"], epoch_status(self.status))
         return self._entry
@@ -462,7 +471,7 @@ def entry_row(entry: LedgerEntry, version: int, now_ms: int) -> dict[str, Any]:
                     "gaps": [o for run in r.gaps for o in run],
                     "delivery_counts": [n for o, c in r.redelivered for n in (o - r.first, c)]}
                    for r in entry.ranges],
-        "ranges_encoding": _RUNS,
+        "ranges_encoding": RANGES_ENCODING.current,
     }
 
 
@@ -479,6 +488,10 @@ def _decode_offsets(r: dict[str, Any]) -> OffsetRange:
     present = [o for o in range(r["first_offset"], r["last_offset"] + 1) if o not in missing]
     counts = r["delivery_counts"] or [1] * len(present)
     return OffsetRange.of(r["topic"], r["partition"], list(zip(present, counts, strict=True)))
+
+
+#: Each encoding RANGES_ENCODING reads, and how.
+_DECODERS: dict[int, Callable[[dict[str, Any]], OffsetRange]] = {1: _decode_offsets, 2: _decode_runs}
 
 
 def _now_ms() -> int:

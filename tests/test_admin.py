@@ -398,6 +398,17 @@ def test_a_broker_coordinated_querys_state_is_described_and_agrees_with_kafkas_t
         holder.acknowledge(Ack(m.topic(), m.partition(), m.offset()) for m in held)
         assert all(result.ok for result in holder.commit()), "the held records stayed held"
 
+        # A query's member (its share consumer is configured as ShareClient configures it) is KIND query, also
+        # when the group is described by its id; the holder, another client of the group, stays a consumer
+        with ShareClient(kafka.config(**{"group.id": setup.group}), [setup.topic]) as member:
+            def kinds() -> list[tuple[str | None, str]]:
+                member.poll(0.2)
+                [by_id] = describe_groups(groups=[setup.group], bootstrap_servers=kafka.bootstrap_servers)
+                return sorted((m.client_id, m.kind) for m in by_id.members)
+
+            expected = sorted([(client_id, "consumer"), ("sharegroup-source", "query")])
+            wait_for(lambda: kinds() == expected, 30, "both members described", interval_s=0.5, state=kinds)
+
 
 def test_the_docs_name_every_subcommand_and_option_of_the_cli():
     """The operating page shows every admin subcommand with each of its options and the session timeout; the other

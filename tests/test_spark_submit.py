@@ -1,4 +1,4 @@
-"""The README's spark-submit recipe, run: a packed venv shipped with --archives, conf/spark-defaults.conf,
+"""The deployment page's spark-submit recipe, run: a packed venv shipped with --archives, conf/spark-defaults.conf,
 the example options file's {{VAR}} variables, and notebooks/spark_submit_job.py into a Delta table.
 
 ``local-cluster`` (a standalone master and worker in one machine) because plain ``local`` mode does

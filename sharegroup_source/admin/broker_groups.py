@@ -29,6 +29,7 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import GroupConfig, describe_group_configs
+from sharegroup_source.kafka.settings import QUERY_CLIENT_ID
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import LATEST, Coordinator, DescribedShareGroup, Failed, StartOffset
 
@@ -107,11 +108,16 @@ def _description(group_id: str, described: DescribedShareGroup | Failed,
     if isinstance(offsets, Failed) or offsets is None:
         return GroupDescription(None, group_id, "broker", state=described.state, coordinator=shown,
                                 error=f"its start offsets could not be read: {offsets}")
-    members = tuple(MemberDescription(m.member_id, "consumer", m.host.lstrip("/"), None, None, m.client_id,
+    members = tuple(MemberDescription(m.member_id, _kind(m.client_id), m.host.lstrip("/"), None, None, m.client_id,
                                       m.assignment) for m in described.members)
     keys = sorted(set(offsets) | {key for m in described.members for key in m.assignment})
     return GroupDescription(None, group_id, "broker", state=described.state, members=members, coordinator=shown,
                             partitions=tuple(_partition(key, offsets.get(key), log_ends.get(key)) for key in keys))
+
+
+def _kind(client_id: str) -> str:
+    """``query`` for a query's share consumer, known by the client id the source gives it; else ``consumer``."""
+    return "query" if client_id == QUERY_CLIENT_ID else "consumer"
 
 
 def _group_error(group_id: str, error: Failed) -> str:

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.admin.model import Key, as_utc, iso_time
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.kafka.metadata import LogBounds
+from sharegroup_source.kafka.metadata import LogBounds, describe_refusal
 from sharegroup_source.kafka.settings import admin_config
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S
 
@@ -39,6 +39,13 @@ class Cluster:
             raise ClusterError(f"cannot reach Kafka at bootstrap.servers={self._servers} within "
                                f"{KAFKA_TIMEOUT_S:.0f}s: {error.args[0].str()}") from None
         return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
+
+    def refusals(self, topics: Iterable[str]) -> dict[str, ClusterError]:
+        """The AuthorizationError of each of ``topics`` the cluster does not list because the principal may not
+        DESCRIBE it: unlisted, a refused topic looks like a deleted one."""
+        unlisted = sorted(set(topics) - set(self.partitions))
+        return {topic: refused for topic in unlisted
+                if (refused := describe_refusal(self._config, topic, KAFKA_TIMEOUT_S)) is not None}
 
     def bounds(self, keys: set[Key]) -> dict[Key, tuple[int, int]]:
         """(log start, log end) of the ``keys`` the cluster has: one ListOffsets request per bound for all."""

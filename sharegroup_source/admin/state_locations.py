@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -46,11 +46,14 @@ class LogOffsets:
     bounds: Bounds
     asked: bool  # False: no bootstrap servers were given
     error: str | None = None  # the cluster could not be asked
+    refused: Mapping[str, str] = field(default_factory=dict)  # topic -> why the principal may not DESCRIBE it
 
     def of(self, key: Key) -> tuple[tuple[int | None, int | None], str | None]:
-        """(log start, log end) of ``key``, and the partition's error if the cluster lacks it."""
+        """(log start, log end) of ``key``, and the partition's error if the cluster lacks it or refuses its topic."""
         if key in self.bounds:
             return self.bounds[key], None
+        if key[0] in self.refused:
+            return (None, None), self.refused[key[0]]
         lacking = self.asked and self.error is None
         return (None, None), (f"{key[0]}[{key[1]}] is not in the cluster (topic or partition deleted)"
                               if lacking else None)
@@ -63,7 +66,9 @@ def log_offsets(keys: set[Key], config: dict[str, Any] | None) -> LogOffsets:
     if config is None or not keys:
         return LogOffsets({}, config is not None)
     try:
-        return LogOffsets(Cluster(config).bounds(keys), True)
+        cluster = Cluster(config)
+        refused = cluster.refusals({topic for topic, _ in keys})
+        return LogOffsets(cluster.bounds(keys), True, refused={topic: str(error) for topic, error in refused.items()})
     except (ClusterError, KafkaException) as error:
         return LogOffsets({}, True, str(error))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from pyarrow import fs
 
+from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.offset import EpochOffset
 
 __all__ = ["CommitLog", "CommitWatcher", "OffsetLog"]
@@ -106,7 +107,7 @@ class CommitWatcher:
         while not self._stopped.wait(WATCH_INTERVAL_S):
             try:
                 epoch = self._log.committed_epoch()
-            except ValueError as error:
+            except (ValueError, StateMismatchError) as error:  # the run's start, or Spark's next call, refuses too
                 log.warning("%s; acknowledgements wait for the next trigger", error)
                 return
             if epoch is not None and epoch != seen:
@@ -132,11 +133,12 @@ class CommitWatcher:
 class OffsetLog(CommitLog):
     """The checkpoint's ``offsets/`` as this source wrote it: its offset in the newest batch."""
 
-    def newest(self) -> tuple[dict | None, bool]:
+    def newest(self) -> tuple[EpochOffset | None, bool]:
         """(this source's offset in the newest ``offsets/N`` or None, whether ``commits/N`` exists).
 
         A batch without an offset of ours (a union whose other source had data first) counts as
-        none: the first batch of ours starts at the initial offset.
+        none: the first batch of ours starts at the initial offset. An offset of a format version
+        this release does not read raises StateMismatchError.
         """
         batches = self._batches("offsets")
         if not batches:
@@ -148,7 +150,7 @@ class OffsetLog(CommitLog):
         if len(ours) > 1:
             raise ValueError(f"batch {batch} of the checkpoint has {len(ours)} sharegroup sources: on this Spark "
                              "a query reads one")
-        return (ours[0] if ours else None), batch in self._batches("commits")
+        return (EpochOffset.of(ours[0]) if ours else None), batch in self._batches("commits")
 
     def _batches(self, folder: str) -> set[int]:
         infos = self._fs.get_file_info(fs.FileSelector(f"{self._root}/{folder}", allow_not_found=True))

@@ -42,6 +42,7 @@ else:
 
 from sharegroup_source.driver.checkpoint_logs import OffsetLog
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
+from sharegroup_source.error_report import reported
 from sharegroup_source.executor.partition_reader import read_partition
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
@@ -67,18 +68,22 @@ class _ReaderBase(DataSourceStreamReader):
     def __getstate__(self) -> dict:
         return {"_options": self._options, "_driver": None}
 
+    @reported
     def initialOffset(self) -> dict:
         return self.driver.initial_offset()
 
+    @reported
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return self.driver.plan(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
 
+    @reported
     def commit(self, end: dict) -> None:
         self.driver.commit(EpochOffset.of(end).epoch)
 
+    @reported
     def stop(self) -> None:
         if self._driver is not None:
             with stopping():
@@ -98,10 +103,12 @@ if ADMISSION_CONTROL:
                 return ReadMaxRows(self._options.max_records_per_trigger)
             return ReadAllAvailable()
 
+        @reported
         def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
             max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
             return self.driver.latest_offset(start, max_records)
 
+        @reported
         def prepareForTriggerAvailableNow(self) -> None:
             self.driver.prepare_available_now()
 
@@ -130,11 +137,12 @@ class CheckpointStartReader(_ReaderBase):
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "_offsets": None}
 
+    @reported
     def latestOffset(self) -> dict:  # type: ignore[override]  # Spark 4.0/4.1's signature
         newest, committed = self._offsets.newest()
         if newest is not None and not committed:
-            return newest  # Spark re-runs this batch first; settling it now would acknowledge unprocessed records
-        start = newest if newest is not None else self.driver.initial_offset()
+            return newest.json()  # Spark re-runs this batch first: settling it now would acknowledge unprocessed ones
+        start = newest.json() if newest is not None else self.driver.initial_offset()
         # no batch taken ahead: this Spark's AvailableNow run, one batch, looks like any other here, and a batch
         # taken ahead would go back at its end with a delivery spent
         return self.driver.latest_offset(start, self._options.max_records_per_trigger, acquire_ahead=False)

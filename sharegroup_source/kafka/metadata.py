@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType, TopicMetadata
 
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.errors import Refusals, refusal
@@ -38,7 +38,8 @@ _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["Key", "LogBounds", "check_login", "group_start", "log_end_offsets", "log_offsets", "partition_counts"]
+__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_start", "log_end_offsets", "log_offsets",
+           "partition_counts"]
 
 #: A topic-partition (a share-partition, to a share group): (topic, partition).
 Key = tuple[str, int]
@@ -75,15 +76,31 @@ def partition_counts(config: Mapping[str, Any], topics: Iterable[str], timeout_s
         found = metadata.topics.get(topic)
         if found is None:  # a cluster lists only the topics the principal may DESCRIBE: ask for this one by name
             found = _topics(config, servers, timeout_s, topic).topics.get(topic)
-        if found is not None and found.error is not None:
-            refused = refusal(found.error, config, "DESCRIBE", topics=[topic], needs=needs)
-            if refused is not None:
-                raise refused
+        refused = _refused(config, topic, found, needs)
+        if refused is not None:
+            raise refused
         if found is None or found.error is not None:
             known = ", ".join(sorted(t for t in metadata.topics if not t.startswith("__"))[:10]) or "none"
             raise ClusterError(f"topic {topic!r} does not exist at bootstrap.servers={servers} (topics: {known})")
         counts[topic] = len(found.partitions)
     return counts
+
+
+def describe_refusal(config: Mapping[str, Any], topic: str, timeout_s: float = 15.0, needs: str = "",
+                     ) -> ClusterError | None:
+    """The connector's AuthorizationError if the principal may not DESCRIBE ``topic`` (``needs``: what the caller
+    needs of the cluster, said with it); None if it may, or if the cluster lacks the topic. Asked by name: a
+    cluster's list of all its topics leaves out those the principal may not DESCRIBE, so a topic missing from it
+    may be refused rather than deleted, and only its own metadata (TOPIC_AUTHORIZATION_FAILED) tells which."""
+    found = _topics(config, config.get("bootstrap.servers", ""), timeout_s, topic).topics.get(topic)
+    return _refused(config, topic, found, needs)
+
+
+def _refused(config: Mapping[str, Any], topic: str, found: TopicMetadata | None, needs: str) -> ClusterError | None:
+    """The connector's AuthorizationError if ``found``, ``topic``'s metadata, says the principal may not DESCRIBE it."""
+    if found is None or found.error is None:
+        return None
+    return refusal(found.error, config, "DESCRIBE", topics=[topic], needs=needs)
 
 
 def check_login(config: Mapping[str, Any], timeout_s: float) -> None:
@@ -158,12 +175,12 @@ class LogBounds:
         return self._ask(keys, OffsetSpec.for_timestamp(timestamp_ms))
 
     def _explain(self, error: KafkaError, partitions: Mapping[str, int]) -> Exception | None:
-        """A refusal, or what the topics' metadata says: a principal that lost DESCRIBE on a topic, or a deleted
-        topic, meets "No leaders found" from ListOffsets, which names neither."""
-        refused = refusal(error, self._config, "DESCRIBE", topics=list(partitions), needs=self._needs)
-        if refused is None:
-            partition_counts(self._config, partitions, needs=self._needs)  # raises what is wrong with them
-        return refused
+        """What the topics' metadata says is wrong with them (a topic the principal may not DESCRIBE, or one the
+        cluster lacks), else ``error`` as a refusal if it is one. ListOffsets names no topic: asked about refused or
+        deleted topics alone it answers "No leaders found"; asked about a refused topic beside others,
+        TOPIC_AUTHORIZATION_FAILED, which would name every topic asked about and grant none."""
+        partition_counts(self._config, partitions, needs=self._needs)  # raises what is wrong with them
+        return refusal(error, self._config, "DESCRIBE", topics=list(partitions), needs=self._needs)
 
     def _new_client(self) -> None:
         """A fresh admin client, with fresh metadata: the kept one keeps asking the old leader epoch."""

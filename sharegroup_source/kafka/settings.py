@@ -22,9 +22,9 @@ from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka.client_log import client_log, follow_debug
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret
 
-__all__ = ["CONSUMER_ONLY", "MAX_RECORD_LOCKS", "REPLAY_CONSUME_BATCH", "REPLAY_GROUP_ID", "SHARE_GROUP_ISOLATION",
-           "admin_config", "check_kafka_settings", "consumer_config", "producer_config", "replay_consumer_config",
-           "share_consumer_config"]
+__all__ = ["CONSUMER_ONLY", "MAX_RECORD_LOCKS", "QUERY_CLIENT_ID", "REPLAY_CONSUME_BATCH", "REPLAY_GROUP_ID",
+           "SHARE_GROUP_ISOLATION", "admin_config", "check_kafka_settings", "consumer_config", "producer_config",
+           "replay_consumer_config", "share_consumer_config"]
 
 #: librdkafka settings only consumers read: an admin client or producer given one prints a CONFWARN.
 CONSUMER_ONLY = frozenset({
@@ -46,6 +46,9 @@ REPLAY_GROUP_ID = "sharegroup-replay"
 #: default). A plain consumer defaults to read_committed instead, and would stop at the last
 #: stable offset before records of an open transaction that the group already delivered.
 SHARE_GROUP_ISOLATION = "read_uncommitted"
+#: The client id a query's share consumers give the broker unless ``kafka.client.id`` names another:
+#: ``describe`` shows members with it as KIND ``query`` (librdkafka's own default, ``rdkafka``, says nothing).
+QUERY_CLIENT_ID = "sharegroup-source"
 #: Records the offset reader takes from the client per call: one Python call per fetch, not per record.
 REPLAY_CONSUME_BATCH = 10_000
 
@@ -69,8 +72,10 @@ def producer_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:
     """The member's librdkafka configuration: the user's, with explicit acknowledgement (one poll
-    is one epoch) and the poll size. Shared with the option check at ``load()``."""
-    return {**config, "share.acknowledgement.mode": "explicit", "max.poll.records": max_poll_records}
+    is one epoch) and the poll size, under the query's client id unless the user named one. Shared with the
+    option check at ``load()``."""
+    return {"client.id": QUERY_CLIENT_ID, **config, "share.acknowledgement.mode": "explicit",
+            "max.poll.records": max_poll_records}
 
 
 def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:

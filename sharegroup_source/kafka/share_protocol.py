@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import kafka.errors as errors
 from confluent_kafka import KafkaError
 from kafka.admin import KafkaAdminClient
+from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
@@ -148,8 +149,8 @@ class ShareGroupProtocol:
             while True:
                 attempt_s = max(0.5, min(_BOOTSTRAP_ATTEMPT_S, deadline - time.monotonic()))
                 try:
-                    return KafkaAdminClient(**settings, request_timeout_ms=int(self.timeout_s * 1000),
-                                            bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
+                    return _admin_client(**settings, request_timeout_ms=int(self.timeout_s * 1000),
+                                         bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
                 except errors.KafkaError as error:
                     failure = Failed.raised(error)
                 except _Refused:
@@ -406,6 +407,31 @@ class ShareGroupProtocol:
                     results[(topic.name, partition.partition_index)] = (
                         refused if refused is not None else partition.offset)
         return results
+
+
+def _admin_client(**settings: Any) -> KafkaAdminClient:
+    """A bootstrapped KafkaAdminClient; or its bootstrap's error, with nothing of that client left running.
+
+    kafka-python 3.0.12's ``KafkaAdminClient.__init__`` (kafka/admin/client.py) makes its network client
+    (``self._client = self.config['kafka_client'](...)``), starts that client's IO thread (``self._net.start()``: a
+    daemon ``kafka-io-<client_id>`` running ``NetworkSelector.run_forever``) and only then bootstraps
+    (``self._manager.bootstrap(...)``). A bootstrap that fails (a refused login, no server answering, a failed TLS
+    handshake) raises out of ``__init__``: no client comes back to be closed, and its IO thread loops until the process
+    ends, one per failed attempt. The ``kafka_client`` setting (what ``__init__`` makes its network client with) is
+    the one handle on what it made: the client it made here is closed on any failure (``KafkaNetClient.close``: its
+    connections, then its selector, whose ``close`` stops and joins the IO thread)."""
+    made: list[KafkaNetClient] = []
+
+    def network_client(**configs: Any) -> KafkaNetClient:
+        made.append(KafkaNetClient(**configs))
+        return made[-1]
+
+    try:
+        return KafkaAdminClient(**settings, kafka_client=network_client)
+    except BaseException:
+        for client in made:
+            client.close()
+        raise
 
 
 #: kafka-python's errors for a login the broker refused.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,3 +187,16 @@ class StreamSetup:
 
     def ledger_entries(self) -> list:
         return self.state_store().ledger.entries(self.group)
+
+
+@contextmanager
+def spark_connect_port() -> Iterator[None]:
+    """Holds the machine's Spark Connect port while a child's local server runs.
+
+    ``remote("local[2]")`` binds Spark Connect's fixed port 15002 and its client connects there
+    (pyspark takes a free port only under ``SPARK_TESTING``, which also turns on Spark's test-only
+    checks): two suites on one machine take turns instead of one failing with a BindException.
+    """
+    with open(Path(tempfile.gettempdir()) / "sharegroup-spark-connect-15002.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -30,8 +30,7 @@ import pytest
 
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from tests.scenarios import assert_exactly_once
-from tests.streams import StreamSetup
-from tests.test_spark_connect import _spark_connect_port
+from tests.streams import StreamSetup, spark_connect_port
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "pipelines"
 #: The example's spec puts storage, warehouse and state under this folder: the test moves them under its own
@@ -74,7 +73,7 @@ def _run(setup: StreamSetup, project: Path, timeout_s: float = 300) -> str:
     command = [str(SPARK_PIPELINES), "--conf", "spark.sql.catalogImplementation=hive",
                "--conf", f"spark.sql.warehouse.dir={setup.root / 'warehouse'}", "run"]
     started = time.monotonic()
-    with _spark_connect_port(), open(setup.root / "spark-pipelines.log", "w+") as log:
+    with spark_connect_port(), open(setup.root / "spark-pipelines.log", "w+") as log:
         run = subprocess.Popen(command, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:

@@ -9,15 +9,11 @@ suite's classic session already holds the one SparkContext a process may have.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +21,7 @@ import pytest
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from state_store import StateStore
 from tests.scenarios import assert_exactly_once, json_orders
-from tests.streams import StreamSetup
+from tests.streams import StreamSetup, spark_connect_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -69,19 +65,6 @@ CONNECT_QUERY = textwrap.dedent("""
 """)
 
 
-@contextmanager
-def _spark_connect_port() -> Iterator[None]:
-    """Holds the machine's Spark Connect port while a child's local server runs.
-
-    ``remote("local[2]")`` binds Spark Connect's fixed port 15002 and its client connects there
-    (pyspark takes a free port only under ``SPARK_TESTING``, which also turns on Spark's test-only
-    checks): two suites on one machine take turns instead of one failing with a BindException.
-    """
-    with open(Path(tempfile.gettempdir()) / "sharegroup-spark-connect-15002.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.mark.timing
 @pytest.mark.timeout(420)
 def test_a_stream_and_acknowledge_in_foreach_batch_over_spark_connect(kafka: KafkaUnderTest, tmp_path: Path):
@@ -89,7 +72,7 @@ def test_a_stream_and_acknowledge_in_foreach_batch_over_spark_connect(kafka: Kaf
     valid, invalid = json_orders(kafka, setup, 500, 2)
     options = setup.options(maxRecordsPerTrigger=200, checkpointLocation=str(setup.checkpoint))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    with _spark_connect_port():
+    with spark_connect_port():
         child = subprocess.run([sys.executable, "-c", CONNECT_QUERY, json.dumps(options), str(setup.sink),
                                 str(len(valid))], env=env, capture_output=True, text=True, timeout=400)
     out = child.stdout.splitlines()

@@ -17,26 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from sharegroup_source.errors import (
-    ClusterError,
-    DataLossError,
-    GroupConfigError,
-    OptionError,
-    OutcomeError,
-    SparkVersionError,
-    StateMismatchError,
-    StateStoreError,
-    WorkerPythonError,
-)
+from sharegroup_source.errors import CONNECTOR_ERRORS
 
-__all__ = ["CONNECTOR_ERRORS", "reported"]
+__all__ = ["reported"]
 
 log = logging.getLogger("sharegroup_source")
-
-#: The errors the connector raises on purpose, each a one-line message that names what is at fault.
-CONNECTOR_ERRORS: tuple[type[Exception], ...] = (
-    ClusterError, DataLossError, GroupConfigError, OptionError, OutcomeError, SparkVersionError,
-    StateMismatchError, StateStoreError, WorkerPythonError)
 
 P = ParamSpec("P")
 R = TypeVar("R")

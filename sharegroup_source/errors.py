@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "FencedError",
-           "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
+__all__ = ["CONNECTOR_ERRORS", "AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError",
+           "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
            "StateStoreError", "TlsError", "WorkerPythonError"]
 
 
@@ -65,3 +65,9 @@ class SparkVersionError(ImportError):
 
 class WorkerPythonError(RuntimeError):
     """Spark's Python workers run a Python without this package; the message names it and the one to run instead."""
+
+
+#: Every error above, each a one-line message that names what is at fault (subclasses included through their bases).
+CONNECTOR_ERRORS: tuple[type[Exception], ...] = (
+    ClusterError, DataLossError, GroupConfigError, OptionError, OutcomeError, SparkVersionError, StateMismatchError,
+    StateStoreError, WorkerPythonError)

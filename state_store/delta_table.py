@@ -19,11 +19,13 @@ so a reader of an older version, a Delta stream among them, keeps working across
 Why a format version per table: a state outlives the release that wrote it. Every table is
 created with its format version in the table property ``sharegroup.formatVersion`` (tables made
 before versions have none: version 1), and one that another release made in a format this one
-does not read is refused when opened, before its schema is even looked at.
+does not read is refused when opened, before its schema is even looked at. A table that gains
+the columns of a newer format version says so with the write that adds them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -47,8 +49,8 @@ from state_store.format_version import FormatVersion
 from state_store.redaction import redact_location
 from state_store.storage_errors import storage_problem
 
-__all__ = ["FORMAT_PROPERTY", "TABLE_FORMAT", "USER_DATA_RETENTION", "Footprint", "Piece", "Retention", "Snapshot",
-           "StateTable", "Write", "local_path", "table_uri"]
+__all__ = ["FORMAT_PROPERTY", "ORPHAN_RETENTION_HOURS", "TABLE_FORMAT", "USER_DATA_RETENTION", "Footprint", "Piece",
+           "Retention", "Snapshot", "StateTable", "Write", "local_path", "table_uri"]
 
 #: Concurrent commits a write outlasts before giving up (each lost race costs one re-plan).
 MAX_COMMIT_ATTEMPTS = 500
@@ -58,8 +60,8 @@ ORPHAN_RETENTION_HOURS = 1
 
 #: The table property a state table keeps its format version in (Delta readers ignore properties they do not know).
 FORMAT_PROPERTY = "sharegroup.formatVersion"
-#: The format of every state table: its schema and what its rows mean. A table whose format changes in a way earlier
-#: releases cannot read takes a version of its own.
+#: The format of a state table: its schema and what its rows mean. A table whose format changes in a way earlier
+#: releases cannot read takes a version of its own (``StateTable``'s ``table_format``).
 TABLE_FORMAT = FormatVersion(current=1)
 
 _LOG_RETENTION = "delta.logRetentionDuration"
@@ -245,12 +247,14 @@ class StateTable:
     ``retention`` is what the table keeps for readers of older versions (internal state: nothing).
     ``added_columns`` names columns of ``schema`` that later versions of the code added, last and
     nullable: a table written before them still opens, reads them as null, and gains them (a
-    schema merge) with its next write.
+    schema merge) with its next write, which also raises its format version to ``table_format``'s
+    current one (a release that reads only the earlier one then refuses it by its version).
     """
 
     def __init__(self, root: str, name: str, schema: pa.Schema, *,
                  storage_options: dict[str, str] | None = None,
-                 retention: Retention | None = None, added_columns: Sequence[str] = ()):
+                 retention: Retention | None = None, added_columns: Sequence[str] = (),
+                 table_format: FormatVersion = TABLE_FORMAT):
         self.name = name
         self.uri = table_uri(root, name)
         self.shown = redact_location(self.uri)  # for messages: no credentials, no signed query string
@@ -258,13 +262,15 @@ class StateTable:
         self._local = local_path(self.uri)
         self._storage_options = storage_options
         self.retention = retention or Retention.state()
-        self._configuration = {**self.retention.configuration(), FORMAT_PROPERTY: str(TABLE_FORMAT.current)}
+        self._format = table_format
+        self._configuration = {**self.retention.configuration(), FORMAT_PROPERTY: str(table_format.current)}
         tail = schema.names[len(schema.names) - len(added_columns):]
         if list(added_columns) != tail or any(not schema.field(c).nullable for c in added_columns):
             raise ValueError(f"added columns {list(added_columns)} must be the last, nullable, columns of "
                              f"{schema.names}")
         self._added_columns = tuple(added_columns)
         self._missing_columns: tuple[str, ...] = ()  # added columns the table at hand does not have yet
+        self._stale_format = False  # the table at hand has the added columns but an earlier format version
         self._retention_kept = not self.retention.minimum  # the table's own properties are checked once
         self._dt: DeltaTable | None = None
         self._existed = False  # opened once: from then on its absence is an error, not "not created yet"
@@ -324,6 +330,8 @@ class StateTable:
                 raise self._error("cannot write", exc) from exc
             if merge:
                 self._missing_columns = ()
+            if merge or self._stale_format:
+                self._raise_format(dt)
             if write.mode == "append":
                 self._own_append = (snapshot.next_version, data)
             return snapshot.next_version
@@ -389,6 +397,26 @@ class StateTable:
             dt.update_incremental()
         self._retention_kept = True
 
+    def _raise_format(self, dt: DeltaTable) -> None:
+        """Record the current format version in a table that holds its columns now (a schema merge added them),
+        retried over concurrent commits: until it is recorded, a release that reads only the earlier version
+        refuses the table as another schema instead of by its version."""
+        for attempt in range(MAX_COMMIT_ATTEMPTS):
+            try:
+                dt.update_incremental()
+                if dt.metadata().configuration.get(FORMAT_PROPERTY) == str(self._format.current):
+                    break
+                dt.alter.set_table_properties({FORMAT_PROPERTY: str(self._format.current)},
+                                              raise_if_not_exists=False,  # our property: Delta does not know it
+                                              commit_properties=CommitProperties(max_commit_retries=0))
+                break
+            except CommitFailedError:
+                self.lost_races += 1
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+            except (DeltaError, OSError) as exc:
+                raise self._error("cannot record the format version of", exc) from exc
+        self._stale_format = False
+
     def _open(self) -> DeltaTable | None:
         """The table at its latest version, None if it was never created; clear errors otherwise."""
         if self._dt is not None:
@@ -424,10 +452,12 @@ class StateTable:
             raise StateStoreError(f"the {self.name} table at {self.shown} is corrupt: its Delta log cannot be "
                                   f"read ({_reason(exc)})") from exc
         # first: a newer release's table may well have another schema, and the version says why
-        TABLE_FORMAT.read(dt.metadata().configuration.get(FORMAT_PROPERTY), f"the {self.name} table at {self.shown}",
-                          "start afresh on a new location")
+        found = self._format.read(dt.metadata().configuration.get(FORMAT_PROPERTY),
+                                  f"the {self.name} table at {self.shown}", "start afresh on a new location")
         expected = Schema.from_arrow(self.schema)
         self._missing_columns = self._lacks(dt.schema())
+        # added columns there, their version not recorded (a writer stopped between the two commits)
+        self._stale_format = found < self._format.current and bool(self._added_columns) and not self._missing_columns
         if dt.schema() != expected and not self._missing_columns:
             raise StateStoreError(
                 f"the {self.name} table at {self.shown} has another schema: found columns "
@@ -455,15 +485,24 @@ class StateTable:
     def _local_log_state(self, dt: DeltaTable) -> Literal["latest", "behind", "gone"] | None:
         """For a local table: is ``dt`` the latest version, is a commit newer, or is the log gone?
 
-        Two stats instead of a log update: delta-rs rebuilds its state on update_incremental after
-        a write (~3 ms) even when nothing changed. None for object stores: there, ask delta-rs.
+        Two stats and a small read instead of a log update: delta-rs rebuilds its state on
+        update_incremental after a write (~3 ms) even when nothing changed. None for object stores:
+        there, ask delta-rs.
+
+        A missing next commit alone does not make ``dt`` the latest: other writers may have gone
+        on, checkpointed and cleaned the log up to past it (internal state keeps one minute of
+        log), so the next commit's file is gone because it is old, not because it is yet to come.
+        Cleanup deletes only what a checkpoint covers, and writes the checkpoint first, so a
+        checkpoint newer than ``dt`` read after the commit was found missing tells the two apart.
         """
         if self._local is None:
             return None
         log = os.path.join(self._local, "_delta_log")
         if not os.path.isdir(log):
             return "gone"
-        return "behind" if os.path.exists(os.path.join(log, f"{dt.version() + 1:020d}.json")) else "latest"
+        if os.path.exists(os.path.join(log, f"{dt.version() + 1:020d}.json")):
+            return "behind"
+        return "behind" if _checkpointed_past(log, dt.version()) else "latest"
 
     def _create(self) -> DeltaTable:
         created_dir = self._local is not None and not os.path.exists(self._local)
@@ -538,6 +577,20 @@ class StateTable:
             table = pa.table([table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
                               for f in self.schema], names=self.schema.names)
         return table.cast(self.schema)
+
+
+def _checkpointed_past(log: str, version: int) -> bool:
+    """Whether a local log's latest checkpoint (its ``_last_checkpoint`` hint) is newer than ``version``.
+
+    An unreadable hint counts as newer: the caller then asks delta-rs, which is never wrong, only slower.
+    """
+    try:
+        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as hint:
+            return int(json.load(hint)["version"]) > version
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
 
 
 def _hours(span: timedelta) -> int:

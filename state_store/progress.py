@@ -23,8 +23,10 @@ from typing import Any
 import pyarrow as pa
 
 from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.format_version import FormatVersion
 
-__all__ = ["COUNTERS", "PROGRESS_SCHEMA", "ProgressTable", "RunMember", "SourceCounters"]
+__all__ = ["COUNTERS", "PROGRESS_ADDED_COLUMNS", "PROGRESS_FORMAT", "PROGRESS_SCHEMA", "ProgressTable", "RunMember",
+           "SourceCounters"]
 
 
 @dataclass
@@ -42,17 +44,28 @@ class SourceCounters:
     #: Smallest time left on an acquisition lock when its epoch was acknowledged; negative when a
     #: lock had already expired, None before the first acknowledgement.
     min_lock_headroom_ms: int | None = None
+    #: Records this run RELEASEd unread because they had waited past half their lock for a batch: each comes
+    #: back (to this query or another member) with its delivery count raised.
+    given_back: int = 0
+    #: Records this run emitted in an epoch although the group had delivered them before (delivery count above
+    #: 1): work done again, after a lock ran out or a member gave them back.
+    redelivered: int = 0
 
     def snapshot(self) -> dict[str, int | None]:
         return asdict(self)
 
 
-#: The counter columns of the ``progress`` table, in order.
+#: The counter columns of the ``progress`` table.
 COUNTERS = tuple(f.name for f in fields(SourceCounters))
-PROGRESS_SCHEMA = pa.schema([("query_id", pa.string()), ("run_id", pa.string()),
-                             ("written_at_ms", pa.int64()), *[(name, pa.int64()) for name in COUNTERS],
+#: Counters format version 2 added: last in the schema, null in the rows of runs before them.
+PROGRESS_ADDED_COLUMNS = ("given_back", "redelivered")
+#: Version 2 gained PROGRESS_ADDED_COLUMNS, which a release reading version 1 would take for another schema.
+PROGRESS_FORMAT = FormatVersion(current=2)
+PROGRESS_SCHEMA = pa.schema([("query_id", pa.string()), ("run_id", pa.string()), ("written_at_ms", pa.int64()),
+                             *[(name, pa.int64()) for name in COUNTERS if name not in PROGRESS_ADDED_COLUMNS],
                              ("host", pa.string()), ("pid", pa.int64()), ("left_at_ms", pa.int64()),
-                             ("commit_version", pa.int64())])  # later commits win
+                             ("commit_version", pa.int64()),  # later commits win
+                             *[(name, pa.int64()) for name in PROGRESS_ADDED_COLUMNS]])
 
 
 @dataclass(frozen=True)

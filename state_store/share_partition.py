@@ -276,20 +276,30 @@ class SharePartition:
         self._normalize()
         return sum(b.last - b.first + 1 for b in held)
 
-    def renew_member(self, member_id: str, now_ms: int) -> int:
-        """Extend every live lock ``member_id`` holds to a full lock duration from ``now_ms`` (KIP-1222
-        RENEW); returns the record count renewed.
+    def renew_member(self, member_id: str, ranges: Sequence[tuple[int, int]], now_ms: int) -> int:
+        """Extend the live locks ``member_id`` holds within ``ranges`` (first, last) to a full lock duration from
+        ``now_ms`` (KIP-1222 RENEW names the records it renews); returns the record count renewed.
 
         Locks that already ended are released first, as everywhere else: a renewal cannot bring back
-        a lock another member may since have taken over.
+        a lock another member may since have taken over. Records of the member outside ``ranges`` are
+        left to expire: an acquisition whose answer the member never got is not renewed forever.
         """
         self.expire_locks(now_ms)
         deadline = now_ms + self.config.lock_duration_ms
-        held = [b for b in self._batches if b.state is RecordState.ACQUIRED and b.member_id == member_id]
-        for b in held:
-            self._put(replace(b, lock_deadline_ms=deadline))
+        renewed = 0
+
+        def renew(batch: StateBatch) -> StateBatch:
+            nonlocal renewed
+            if batch.state is not RecordState.ACQUIRED or batch.member_id != member_id:
+                return batch
+            renewed += batch.last - batch.first + 1
+            return replace(batch, lock_deadline_ms=deadline)
+
+        for first, last in ranges:
+            if first < self.speo and last >= self._spso:
+                self._map(max(first, self._spso), min(last, self.speo - 1), renew)
         self._normalize()
-        return sum(b.last - b.first + 1 for b in held)
+        return renewed
 
     def reset(self, offset: int) -> int:
         """Start the share-partition afresh at ``offset`` (KIP-932's alterShareGroupOffsets); returns the

@@ -18,10 +18,11 @@ import pyarrow as pa
 
 from state_store.dead_letters import DeadLetters
 from state_store.decisions import DECISIONS_SCHEMA, Decisions
-from state_store.delta_table import Footprint, Retention, StateTable, file_in_the_way, local_path
+from state_store.delta_table import TABLE_FORMAT, Footprint, Retention, StateTable, file_in_the_way, local_path
 from state_store.errors import StateStoreError
+from state_store.format_version import FormatVersion
 from state_store.ledger import LEDGER_ADDED_COLUMNS, LEDGER_SCHEMA, Ledger
-from state_store.progress import PROGRESS_SCHEMA, ProgressTable
+from state_store.progress import PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT, PROGRESS_SCHEMA, ProgressTable
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
 
@@ -56,9 +57,11 @@ class StateStore:
                                       "directory")
         self.location = location if "://" in location else os.path.abspath(location)
 
-        def table(name: str, schema: pa.Schema, added_columns: tuple[str, ...] = ()) -> StateTable:
+        def table(name: str, schema: pa.Schema, added_columns: tuple[str, ...] = (),
+                  table_format: FormatVersion = TABLE_FORMAT) -> StateTable:
             return StateTable(self.location, name, schema, storage_options=storage_options,
-                              retention=Retention.state(log_retention), added_columns=added_columns)
+                              retention=Retention.state(log_retention), added_columns=added_columns,
+                              table_format=table_format)
 
         self.ledger = Ledger(table("ledger", LEDGER_SCHEMA, LEDGER_ADDED_COLUMNS))
         self.decisions = Decisions(table("decisions", DECISIONS_SCHEMA))
@@ -67,7 +70,7 @@ class StateStore:
         self.dead_letters = (DeadLetters.at(dead_letter_location, storage_options=storage_options)
                              if dead_letter_location else
                              DeadLetters.open(self.location, "dead_letters", storage_options=storage_options))
-        self.progress = ProgressTable(table("progress", PROGRESS_SCHEMA))
+        self.progress = ProgressTable(table("progress", PROGRESS_SCHEMA, PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT))
 
     def maintain(self, ledger_keep_epochs: int = 10_000) -> dict[str, Footprint]:
         """Fold, prune, compact, checkpoint and vacuum every table; returns their sizes afterwards.

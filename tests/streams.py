@@ -190,6 +190,17 @@ class StreamSetup:
 
 
 @contextmanager
+def burning_cpu() -> Iterator[None]:
+    """A process burning one core meanwhile: the machine as loaded as a busy cluster node's."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+@contextmanager
 def spark_connect_port() -> Iterator[None]:
     """Holds the machine's Spark Connect port while a child's local server runs.
 

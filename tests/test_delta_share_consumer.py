@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, Producer
 
 from sharegroup_source import DeltaShareConsumer
+from sharegroup_source.coordinators.delta.member import GroupMember
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import DeadLetters, GroupSettingsError, RecordState
@@ -254,3 +255,38 @@ def test_offsets_without_a_record_are_acknowledged_with_the_commit(kafka, tmp_pa
     assert sorted(v for _, v, _ in got) == sorted(f"record-{b}-{i}".encode() for b in range(2) for i in range(10))
     (share_partition,) = GroupStore.existing(str(names.location)).share_state.partitions().values()
     assert share_partition.spso == 22 and not share_partition.batches
+
+
+def test_records_of_an_acquisition_whose_answer_was_lost_expire_while_the_member_lives(kafka, tmp_path):
+    """The commit landed but its answer did not reach the member (a storage error after the write): the member
+    was never told of those records, so its renewer must not keep them locked; they return after one lock."""
+    names = Names(kafka, tmp_path, partitions=1)
+    kafka.produce_numbered(names.topic, 20, 1)
+    group = GroupStore.open(str(names.location), names.group,
+                            {"share.record.lock.duration.ms": 3000, "share.auto.offset.reset": "earliest"})
+    lost = GroupMember(group, "worker-lost", "worker", {"bootstrap.servers": kafka.bootstrap_servers}, [names.topic])
+    other = GroupMember(GroupStore.open(str(names.location), names.group, {}), "worker-other", "worker",
+                        {"bootstrap.servers": kafka.bootstrap_servers}, [names.topic])
+    try:
+        _, kept = lost.acquire(5)
+        assert [(h.records.first, h.records.last) for h in kept] == [(0, 4)]
+        commit = group.share_state.update_all
+
+        def lands_then_fails(*args, **kwargs):
+            commit(*args, **kwargs)
+            raise OSError("injected: the commit's answer was lost")
+
+        group.share_state.update_all = lands_then_fails  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="injected"):
+            lost.acquire(15)
+        del group.share_state.update_all  # the member's commits work again: its renewer goes on
+        holders = GroupStore.existing(str(names.location)).share_state.partitions()[(names.topic, 0)].holders()
+        assert holders == {"worker-lost": 20}, "the lost acquisition landed"
+
+        got = wait_for(lambda: other.acquire(20)[1], 30, "the unanswered records back in the queue", interval_s=0.2)
+        assert [(h.records.first, h.records.last, h.records.delivery_count) for h in got] == [(5, 19, 2)]
+        state = GroupStore.existing(str(names.location)).share_state.partitions()[(names.topic, 0)]
+        assert state.holders() == {"worker-lost": 5, "worker-other": 15}, "what the member knows it holds stays held"
+    finally:
+        lost.close()
+        other.close()

@@ -27,16 +27,19 @@ from state_store.delta_table import FORMAT_PROPERTY, TABLE_FORMAT, USER_DATA_RET
 from state_store.format_version import FormatVersion
 from state_store.group import MEMBERS_SCHEMA, SETTINGS_SCHEMA, GroupStore
 from state_store.ledger import LEDGER_SCHEMA, RANGES_ENCODING, entry_row
-from state_store.progress import COUNTERS, PROGRESS_SCHEMA
+from state_store.progress import COUNTERS, PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT, PROGRESS_SCHEMA
 from state_store.share_state import SHARE_STATE_SCHEMA
 
-NEWER_TABLE = ("is format version 99, but this release of sharegroup-source reads format version 1 only: a newer "
-               "release wrote it; upgrade to that release or a later one, or start afresh on a new location")
+NEWER_TABLE = ("is format version 99, but this release of sharegroup-source reads {reads}: a newer release wrote it; "
+               "upgrade to that release or a later one, or start afresh on a new location")
 STATE_TABLES = ("ledger", "decisions", "share_state", "dead_letters", "progress")
 GROUP_TABLES = ("settings", "share_state", "members")
-SCHEMAS = {"ledger": LEDGER_SCHEMA, "decisions": DECISIONS_SCHEMA, "share_state": SHARE_STATE_SCHEMA,
-           "dead_letters": DEAD_LETTERS_SCHEMA, "progress": PROGRESS_SCHEMA, "settings": SETTINGS_SCHEMA,
-           "members": MEMBERS_SCHEMA}
+#: each table's schema as the release before versions created it (progress: without the columns version 2 added)
+FIRST_SCHEMAS = {"ledger": LEDGER_SCHEMA, "decisions": DECISIONS_SCHEMA, "share_state": SHARE_STATE_SCHEMA,
+                 "dead_letters": DEAD_LETTERS_SCHEMA, "settings": SETTINGS_SCHEMA, "members": MEMBERS_SCHEMA,
+                 "progress": pa.schema([f for f in PROGRESS_SCHEMA if f.name not in PROGRESS_ADDED_COLUMNS])}
+#: the format version this release writes, per table
+CURRENT = {"progress": str(PROGRESS_FORMAT.current)}
 
 
 def entry(epoch: int = 1) -> LedgerEntry:
@@ -82,25 +85,30 @@ def set_format_version(table: Path, value: str) -> None:
 def test_a_new_table_carries_the_current_format_version_and_reads_back(tmp_path: Path) -> None:
     state, group = tmp_path / "state", tmp_path / "group"
     write_every_table(state, group)
-    for table in table_paths(state, group):
-        assert DeltaTable(str(table)).metadata().configuration[FORMAT_PROPERTY] == str(TABLE_FORMAT.current), table
-        assert TABLE_FORMAT.current == 1
+    assert (TABLE_FORMAT.current, PROGRESS_FORMAT.current) == (1, 2)
+
+    def versions() -> dict[Path, str]:
+        return {t: DeltaTable(str(t)).metadata().configuration[FORMAT_PROPERTY] for t in table_paths(state, group)}
+
+    assert versions() == {t: CURRENT.get(t.name, "1") for t in table_paths(state, group)}
     read_every_table(state, group)
     StateStore(str(state)).maintain()  # compaction, rewrites, checkpoints keep the property
     GroupStore.existing(str(group)).maintain()
-    assert {DeltaTable(str(t)).metadata().configuration[FORMAT_PROPERTY] for t in table_paths(state, group)} == {"1"}
+    assert versions() == {t: CURRENT.get(t.name, "1") for t in table_paths(state, group)}
     read_every_table(state, group)
 
 
 def test_a_table_without_a_version_is_version_1_and_stays_as_the_previous_release_made_it(tmp_path: Path) -> None:
-    """The previous release created its tables with their retention only: they read, and take writes, as before."""
+    """The previous release created its tables with their retention only: they read, and take writes, as before;
+    the progress table gains the columns of its version 2 with this release's first write, and says so."""
     state, group = tmp_path / "state", tmp_path / "group"
     for table in table_paths(state, group):
         retention = USER_DATA_RETENTION if table.name == "dead_letters" else Retention.state()
-        DeltaTable.create(str(table), SCHEMAS[table.name], configuration=retention.configuration())
+        DeltaTable.create(str(table), FIRST_SCHEMAS[table.name], configuration=retention.configuration())
     write_every_table(state, group)
     for table in table_paths(state, group):
-        assert FORMAT_PROPERTY not in DeltaTable(str(table)).metadata().configuration
+        assert DeltaTable(str(table)).metadata().configuration.get(FORMAT_PROPERTY) == CURRENT.get(table.name), table
+    assert [f.name for f in DeltaTable(str(state / "progress")).schema().fields] == PROGRESS_SCHEMA.names
     assert TABLE_FORMAT.read(None, "a table", "do something") == 1
     read_every_table(state, group)
     StateStore(str(state)).ledger.write_epoch(entry(2))
@@ -117,7 +125,8 @@ def test_a_table_of_a_newer_format_version_is_refused_in_one_line(tmp_path: Path
     with pytest.raises(StateStoreError) as refused:
         read_every_table(state, group)
     name = table.split("/")[1]
-    assert str(refused.value) == f"the {name} table at {tmp_path / table} {NEWER_TABLE}"
+    reads = "format versions 1 to 2" if name == "progress" else "format version 1 only"
+    assert str(refused.value) == f"the {name} table at {tmp_path / table} {NEWER_TABLE.format(reads=reads)}"
     with pytest.raises(StateStoreError, match="is format version 99"):  # nor does this release write into it
         write_every_table(state, group)
     assert DeltaTable(str(tmp_path / table)).version() == version

@@ -258,18 +258,22 @@ def test_persisted_state_below_spso_is_dropped_and_acquired_is_rejected() -> Non
         SharePartition.from_persisted(PersistedState(0, (PersistedBatch(0, 1, AQ, 1),)))
 
 
-def test_renew_extends_only_the_members_live_locks() -> None:
+def test_renew_extends_only_the_members_live_locks_it_names() -> None:
     sp = SharePartition(0, ShareConfig(lock_duration_ms=30_000))
-    sp.acquire("a", 5, now_ms=0, log_end_offset=15)  # 0-4, lock until 30,000
-    sp.acquire("b", 5, now_ms=20_000, log_end_offset=15)  # 5-9, until 50,000
-    sp.acquire("a", 5, now_ms=20_000, log_end_offset=15)  # 10-14, until 50,000
-    assert sp.renew_member("a", now_ms=35_000) == 5  # 0-4 ended at 30,000: released, not renewed
+    sp.acquire("a", 5, now_ms=0, log_end_offset=25)  # 0-4, lock until 30,000
+    sp.acquire("b", 5, now_ms=20_000, log_end_offset=25)  # 5-9, until 50,000
+    sp.acquire("a", 5, now_ms=20_000, log_end_offset=25)  # 10-14, until 50,000
+    sp.acquire("a", 5, now_ms=20_000, log_end_offset=25)  # 15-19, until 50,000: its answer never reached "a"
+    assert sp.renew_member("a", [(0, 14)], now_ms=35_000) == 5  # 0-4 ended at 30,000: released, not renewed
     deadlines = {(b.first, b.last): (b.state, b.member_id, b.lock_deadline_ms) for b in sp.batches}
-    assert deadlines == {(0, 4): (AV, None, None), (5, 9): (AQ, "b", 50_000), (10, 14): (AQ, "a", 65_000)}
-    assert sp.renew_member("c", now_ms=35_000) == 0
+    assert deadlines == {(0, 4): (AV, None, None), (5, 9): (AQ, "b", 50_000), (10, 14): (AQ, "a", 65_000),
+                         (15, 19): (AQ, "a", 50_000)}
+    assert sp.renew_member("c", [(0, 24)], now_ms=35_000) == 0
+    assert sp.renew_member("a", [(12, 30)], now_ms=40_000) == 8  # 12-14 and 15-19, not 10-11
+    assert sp.state_of(11).lock_deadline_ms == 65_000 and sp.state_of(12).lock_deadline_ms == 70_000
     with pytest.raises(InvalidRecordStateError):
-        sp.acknowledge("a", [(10, 14, ACCEPT)], now_ms=65_000)  # a renewed lock ends too
-    assert sp.renew_member("a", now_ms=65_000) == 0
+        sp.acknowledge("a", [(10, 11, ACCEPT)], now_ms=65_000)  # a renewed lock ends too
+    assert sp.renew_member("a", [(10, 11)], now_ms=65_000) == 0
 
 
 def test_archived_at_limit_reports_release_and_expiry_at_the_limit_not_reject() -> None:

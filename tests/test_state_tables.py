@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from state_store import (
     StateStore,
     StateStoreError,
 )
-from state_store.delta_table import Write
+from state_store.delta_table import StateTable, Write
 from state_store.ledger import LEDGER_SCHEMA
 from state_store.maintenance import BackgroundMaintenance
 from state_store.progress import COUNTERS, PROGRESS_SCHEMA
@@ -327,3 +329,35 @@ def test_background_maintenance_loses_no_ledger_write_made_meanwhile(tmp_path: P
     assert set(range(epoch - 19, epoch + 1)) <= kept, "an epoch among the newest was lost"
     assert {e.epoch: e.status for e in after}[epoch] == "ACQUIRED"
     assert all(e.ranges == entry(e.epoch).ranges for e in after)
+
+
+def test_a_reader_left_behind_past_the_logs_cleanup_sees_the_latest_rows_and_writes_on(tmp_path: Path) -> None:
+    """Two processes share a table; one goes quiet while the other writes, checkpoints and cleans the log up.
+
+    The quiet one's next commit file is gone because it is old, not because it is yet to come: it must read
+    the other's rows and write on top of them (before, it planned on its stale version and failed with
+    delta-rs's "Invalid table version", the long soak's share_state failure).
+    """
+    schema = pa.schema([("n", pa.int64())])
+    quiet, busy = (StateTable(str(tmp_path), "share_state", schema) for _ in range(2))
+
+    def append(table: StateTable, n: int) -> None:
+        assert table.commit(lambda s: Write(pa.table({"n": [n]}, schema=schema))) is not None
+
+    append(quiet, 1)
+    seen = quiet.snapshot()
+    assert [r["n"] for r in seen.rows()] == [1]
+    for n in range(2, 6):
+        append(busy, n)
+    busy.maintain()  # a checkpoint; cleanup keeps the log back to the newest checkpoint older than the retention
+    log = tmp_path / "share_state" / "_delta_log"
+    long_ago = time.time() - 600  # past the one minute of log internal state keeps
+    for entry in log.iterdir():
+        os.utime(entry, (long_ago, long_ago))
+    append(busy, 6)
+    busy.maintain()
+    assert not (log / f"{seen.next_version:020d}.json").exists(), "the quiet reader's next commit is still there"
+
+    assert sorted(r["n"] for r in quiet.snapshot().rows()) == [1, 2, 3, 4, 5, 6]
+    append(quiet, 7)
+    assert sorted(r["n"] for r in busy.snapshot().rows()) == [1, 2, 3, 4, 5, 6, 7]

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 import sharegroup_source
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store.delta_table import FORMAT_PROPERTY
+from state_store.progress import PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT
 from tests import delta_worker
 from tests.delta_worker import spawn
 from tests.scenarios import assert_exactly_once
@@ -359,13 +360,18 @@ def test_a_query_of_the_previous_release_goes_on_under_this_one(spark, kafka, tm
     entries = setup.ledger_entries()
     assert [e.epoch for e in entries] == list(range(1, len(entries) + 1)) and len(entries) > last_epoch
     assert {e.status for e in entries} == {"ACKED"}
-    # the previous release's offsets and tables as it left them: no version is version 1, and read as such
+    # the previous release's offsets and tables as it left them: no version is version 1, and read as such; the
+    # progress table gained the counters of its format version 2, and says so
     now_logged = logged_offsets(setup)
     assert {batch: now_logged[batch] for batch in offsets} == offsets and now_logged[max(now_logged)]["v"] == 1
-    assert set(format_versions(*roots).values()) == {None}
-    # the progress table: the previous half's runs as they ended, this half's after them
+    versions = format_versions(*roots)
+    assert versions.pop(str(setup.state / "progress")) == str(PROGRESS_FORMAT.current)
+    assert set(versions.values()) == {None}
+    # the progress table: the previous half's runs as they ended (the added counters null), this half's after them
     after = runs(setup)
-    assert {run: after[run] for run in progress} == progress, "the previous release's progress rows changed"
+    assert {run: {k: after[run][k] for k in row} for run, row in progress.items()} == progress, \
+        "the previous release's progress rows changed"
+    assert {after[run][k] for run in progress for k in PROGRESS_ADDED_COLUMNS} == {None}
     current = {run: row for run, row in after.items() if run not in progress}
     assert current and all(row["left_at_ms"] is not None for row in after.values())
     for half in (progress, current):

@@ -28,7 +28,7 @@ from sharegroup_source.schema import POSITIONS, has_payload
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
-__all__ = ["Acknowledger"]
+__all__ = ["Acknowledger", "longer_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -145,19 +145,19 @@ class Acknowledger:
         previous = self._counters.min_lock_headroom_ms
         self._counters.min_lock_headroom_ms = headroom if previous is None else min(previous, headroom)
         if used_ms > LOCK_WARNING_SHARE * self._lock_duration_ms:
-            raised = _raised_lock_ms(used_ms, self._lock_duration_ms)
             log.warning("epoch %d took %.1fs of its %.1fs acquisition lock before acknowledgement, and records whose "
-                        "lock runs out go to another member; raise the group's share.record.lock.duration.ms (the "
-                        "source option groupConfig.share.record.lock.duration.ms=%d, or %s), lower "
-                        "maxRecordsPerTrigger, or set the source option checkpointLocation so that acknowledgements "
-                        "do not wait for the next trigger", entry.epoch, used_ms / 1000, self._lock_duration_ms / 1000,
-                        raised, group_config_command(self._group_id, "share.record.lock.duration.ms", raised,
-                                                     self._bootstrap_servers))
+                        "lock runs out go to another member; %s, lower maxRecordsPerTrigger, or set the source option "
+                        "checkpointLocation so that acknowledgements do not wait for the next trigger", entry.epoch,
+                        used_ms / 1000, self._lock_duration_ms / 1000,
+                        longer_lock(self._group_id, used_ms, self._lock_duration_ms, self._bootstrap_servers))
 
 
-def _raised_lock_ms(used_ms: float, lock_ms: int) -> int:
-    """A lock duration with room for a batch that used ``used_ms``: twice that, in whole 10 s."""
-    return int(-(-max(2 * used_ms, lock_ms + 10_000) // 10_000) * 10_000)
+def longer_lock(group_id: str, used_ms: float, lock_ms: int, bootstrap_servers: str) -> str:
+    """How to give a group's records a lock with room for work that took ``used_ms``: twice that, in whole 10 s."""
+    raised = int(-(-max(2 * used_ms, lock_ms + 10_000) // 10_000) * 10_000)
+    return (f"raise the group's share.record.lock.duration.ms (the source option "
+            f"groupConfig.share.record.lock.duration.ms={raised}, or "
+            f"{group_config_command(group_id, 'share.record.lock.duration.ms', raised, bootstrap_servers)})")
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,17 @@ epochs). Only rows that may be any of those are looked at one by one.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharegroup_source.acks import Ack, AckType, record_keys, releases, runs_of
 from sharegroup_source.coordinators import Coordinator
-from sharegroup_source.driver.acknowledger import Acknowledger
+from sharegroup_source.driver.acknowledger import Acknowledger, longer_lock
 from sharegroup_source.driver.backlog import Backlog, epoch_size
 from sharegroup_source.driver.epoch_book import EpochBook
 from sharegroup_source.options import SourceOptions
@@ -25,6 +27,8 @@ from sharegroup_source.schema import NO_RECORDS, by_partition
 from state_store import SourceCounters
 
 __all__ = ["Admission"]
+
+log = logging.getLogger(__name__)
 
 MAX_DELIVERIES_REASON = "max deliveries exceeded"
 #: How long an AvailableNow run keeps polling an empty queue before it ends.
@@ -48,6 +52,9 @@ class Admission:
         self._options = options
         self._counters = counters
         self._backlog = Backlog(lock_duration_ms)
+        self._lock_duration_ms = lock_duration_ms
+        #: what this run last gave back unread, to tell its return from records other members gave back
+        self._given_back: set[tuple[str, int, int]] = set()
         #: an AvailableNow run's target: per topic-partition, the log end when the run began (None: no such run)
         self.target: Mapping[tuple[str, int], int] | None = None
         # an AvailableNow run saw a record past its target: polling again would re-acquire the
@@ -73,8 +80,9 @@ class Admission:
         if self._backlog:
             if self._backlog.fresh():
                 taken = self._backlog.take(max_records, self._options.max_bytes_per_trigger)
+                self._note_redelivered(taken)
                 return taken, self._backlog.acquired_at_ms
-            self.give_back()
+            self._give_back_aged()
         if self._past_target:
             return NO_RECORDS, int(time.time() * 1000)
         poll_s = self._options.poll_timeout_ms / 1000
@@ -89,11 +97,45 @@ class Admission:
             # past the target: acquiring again would take back what was just given back
             if fresh.num_rows or self._past_target or time.monotonic() >= idle_until:
                 self._assigned = True
+                self._note_redelivered(fresh)
                 return fresh, acquired_at_ms
 
     def give_back(self) -> None:
-        """RELEASE the backlog: records that sat too long, or that a stop leaves."""
+        """RELEASE the backlog: what a stop leaves."""
         self._acks.send(releases(self._backlog.give_back()))
+
+    def _give_back_aged(self) -> None:
+        """RELEASE a backlog that waited past half its lock for a batch: emitted now, a batch could outlive the lock.
+
+        Work done again, so said at WARNING with what would avoid it: batches this slow need a longer lock, or
+        fewer records acquired at once than the batches take."""
+        waited_ms = int(time.time() * 1000) - self._backlog.acquired_at_ms
+        records = self._backlog.give_back()
+        self._counters.given_back += records.num_rows
+        self._given_back = set(record_keys(records))
+        self._acks.send(releases(records))
+        assert self._lock_duration_ms is not None, "a backlog whose locks are renewed never ages"
+        log.warning("group %s: gave back %d acquired records that waited %.1fs for a batch, past half of their "
+                    "%.1fs acquisition lock: they come back with their delivery count raised, to this query or "
+                    "another member. Batches are slow for the lock: %s, or acquire fewer records at once "
+                    "(kafka.max.poll.records) or more per batch (maxRecordsPerTrigger)", self._options.group_id,
+                    records.num_rows, waited_ms / 1000, self._lock_duration_ms / 1000,
+                    longer_lock(self._options.group_id, waited_ms, self._lock_duration_ms,
+                                self._options.bootstrap_servers))
+
+    def _note_redelivered(self, records: pa.Table) -> None:
+        """Count the next epoch's records the group delivered before, and say where they come back from."""
+        again = records.filter(pc.greater(records.column("deliveryCount"), 1)) if records.num_rows else records
+        if not again.num_rows:
+            return
+        self._counters.redelivered += again.num_rows
+        keys = record_keys(again)
+        ours = sum(1 for key in keys if key in self._given_back)
+        self._given_back.difference_update(keys)
+        log.info("group %s: %d of the next batch's %d records were delivered before (delivery count up to %d): %d "
+                 "this run gave back unread, %d another member's lock or release gave back (a stopped run of this "
+                 "query included)", self._options.group_id, again.num_rows, records.num_rows,
+                 pc.max(again.column("deliveryCount")).as_py(), ours, again.num_rows - ours)
 
     def admit(self, records: pa.Table, max_records: int | None, acquired_at_ms: int) -> pa.Table:
         """Split an acquisition into fresh records, the backlog, and records settled on the spot.

@@ -7,9 +7,9 @@ and retry. So any number of members, in any number of processes and hosts, never
 record at the same time, and a batch costs one commit however many partitions it spans (its
 acquisition carries the settle of the batch before).
 
-While a member lives, a renewer thread extends the locks it holds (KIP-1222's RENEW), so a
-batch slower than the lock duration keeps its records; a member that dies stops renewing, and
-its locks expire after the lock duration, as on a broker.
+While a member lives, a renewer thread extends the locks it knows it holds (KIP-1222's RENEW,
+``holdings.py``), so a batch slower than the lock duration keeps its records; a member that dies
+stops renewing, and its locks expire after the lock duration, as on a broker.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.delta.holdings import Holdings
 from sharegroup_source.kafka.metadata import LogBounds, partition_counts
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
@@ -64,6 +65,7 @@ class GroupMember:
         self._keys = [(t, p) for t, n in sorted(self.partitions.items()) for p in range(n)]
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []
+        self._holdings = Holdings()
         self._commits = 0
         self._maintenance = BackgroundMaintenance(
             lambda: group.for_another_thread().maintain(),
@@ -94,7 +96,12 @@ class GroupMember:
             return ([settle(sps, now_ms) for settle in settles],
                     acquisition(sps, now_ms) if acquisition is not None else [])
 
-        return self._commit(change, initial)
+        failures, held = self._commit(change, initial)
+        for acks in settling:  # first: this commit may have acquired again what its settles released
+            self._holdings.remove(acks)
+        for h in held:
+            self._holdings.add((h.topic, h.partition), h.records.first, h.records.last)
+        return failures, held
 
     def _acquisition(self, max_records: int) -> tuple[Callable[[dict[Key, SharePartition], int], list[Held]],
                                                       dict[Key, int]]:
@@ -137,8 +144,11 @@ class GroupMember:
         return released
 
     def release_all(self) -> int:
-        """Give back everything this member holds."""
-        return self._commit(lambda sps, now_ms: sum(sp.release_member(self.member_id, now_ms) for sp in sps.values()))
+        """Give back everything this member holds, what it was never told of included."""
+        released = self._commit(lambda sps, now_ms: sum(sp.release_member(self.member_id, now_ms)
+                                                        for sp in sps.values()))
+        self._holdings.clear()
+        return released
 
     def archived(self) -> list[Held]:
         """Records the group archived at its delivery-count limit in this member's commits, since the last call:
@@ -163,13 +173,13 @@ class GroupMember:
     def _commit(self, change: Callable[[dict[Key, SharePartition], int], T],
                 initial: Mapping[Key, int] | None = None) -> T:
         """Run ``change`` on every share-partition in one compare-and-swap commit (retried from a fresh read
-        when another member won), renewing this member's locks and noting what the limit archived.
+        when another member won), renewing the locks this member knows it holds and noting what the limit archived.
         ``initial``: where a share-partition that has no state yet starts (only an acquisition creates one)."""
         def planned(sps: dict[Key, SharePartition]) -> tuple[T, list[Held]]:
             now_ms = int(time.time() * 1000)
             result = change(sps, now_ms)
-            for sp in sps.values():
-                sp.renew_member(self.member_id, now_ms)
+            for key, sp in sps.items():
+                sp.renew_member(self.member_id, self._holdings.of(key), now_ms)
             archived = [Held(t, p, run) for (t, p), sp in sps.items() for run in sp.archived_at_limit()]
             return result, archived
 

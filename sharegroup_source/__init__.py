@@ -21,6 +21,7 @@ os.environ.setdefault("RUST_LOG", "warn,aws_config=error")
 from sharegroup_source.errors import (
     AuthenticationError,
     AuthorizationError,
+    BatchInterruptedError,
     ClusterError,
     DataLossError,
     FencedError,
@@ -41,9 +42,10 @@ if TYPE_CHECKING:
 
     from sharegroup_source.coordinators.delta import DeltaShareConsumer
 
-__all__ = ["AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError", "DeltaShareConsumer",
-           "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
-           "StateStoreError", "TlsError", "WorkerPythonError", "acknowledge", "check_spark", "register"]
+__all__ = ["AuthenticationError", "AuthorizationError", "BatchInterruptedError", "ClusterError", "DataLossError",
+           "DeltaShareConsumer", "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError",
+           "StateMismatchError", "StateStoreError", "TlsError", "WorkerPythonError", "acknowledge", "check_spark",
+           "register"]
 
 default_worker_python()
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from state_store.errors import FencedError, StateStoreError
 
-__all__ = ["CONNECTOR_ERRORS", "AuthenticationError", "AuthorizationError", "ClusterError", "DataLossError",
+__all__ = ["CONNECTOR_ERRORS", "AuthenticationError", "AuthorizationError", "BatchInterruptedError", "ClusterError",
+           "DataLossError",
            "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
            "StateStoreError", "TlsError", "WorkerPythonError"]
 
@@ -63,11 +64,17 @@ class SparkVersionError(ImportError):
     """
 
 
+class BatchInterruptedError(RuntimeError):
+    """``query.stop()`` interrupted a Spark call of the connector's foreachBatch code (``DeltaBatchWriter``,
+    ``acknowledge``): one line that Spark recognises as a stop, instead of a JVM stack trace long enough to
+    overflow the pattern Spark matches it with."""
+
+
 class WorkerPythonError(RuntimeError):
     """Spark's Python workers run a Python without this package; the message names it and the one to run instead."""
 
 
 #: Every error above, each a one-line message that names what is at fault (subclasses included through their bases).
 CONNECTOR_ERRORS: tuple[type[Exception], ...] = (
-    ClusterError, DataLossError, GroupConfigError, OptionError, OutcomeError, SparkVersionError, StateMismatchError,
-    StateStoreError, WorkerPythonError)
+    BatchInterruptedError, ClusterError, DataLossError, GroupConfigError, OptionError, OutcomeError, SparkVersionError,
+    StateMismatchError, StateStoreError, WorkerPythonError)

@@ -124,8 +124,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               default=True, attribute="fail_on_data_loss"),
     OptionDoc("pollTimeoutMs", f"How long one poll waits for records, at most {_POLL_TIMEOUT_MAX_MS}.",
               default=DEFAULT_POLL_TIMEOUT_MS, attribute="poll_timeout_ms"),
-    OptionDoc("lockDurationMs", "The group's lock duration, for lock-headroom warnings where the query does not "
-              "read it from the broker.", default=DEFAULT_LOCK_DURATION_MS, coordinator="broker",
+    OptionDoc("lockDurationMs", "The group's lock duration where the cluster does not say it (a broker without "
+              "group configurations): how long acquired records wait for a batch, and lock-headroom warnings.",
+              default=DEFAULT_LOCK_DURATION_MS, coordinator="broker",
               attribute="lock_duration_ms"),
     OptionDoc("maxDeliveries", "A record delivered more often is rejected into the dead letters instead of "
               "emitted. Keep it below the group's `share.delivery.count.limit`.", attribute="max_deliveries"),

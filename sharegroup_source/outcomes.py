@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from sharegroup_source.batch_interruption import short_on_stop
 from sharegroup_source.errors import OptionError, OutcomeError
 from sharegroup_source.options import StateOptions
 from state_store import UNSETTLED, AckType, LedgerEntry, StateStore
@@ -44,7 +45,9 @@ def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, optio
         raise OutcomeError(f"options must be the source's: {error}") from None
 
     by_epoch: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-    for row in df.select("topic", "partition", "offset", "epoch").collect():
+    with short_on_stop():  # a stop interrupts the batch's job here
+        rows = df.select("topic", "partition", "offset", "epoch").collect()
+    for row in rows:
         by_epoch[row.epoch].append((row.topic, row.partition, row.offset))
     store = StateStore(state.state_location, storage_options=dict(state.storage_options))
     for epoch, records in by_epoch.items():

@@ -13,6 +13,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
 
+from sharegroup_source.batch_interruption import short_on_stop
+
 __all__ = ["DeltaBatchWriter"]
 
 
@@ -36,5 +38,7 @@ class DeltaBatchWriter:
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         if batch_id <= self.last_batch():
             return
-        write_deltalake(self.path, frame.toArrow(), mode="append",
+        with short_on_stop():  # a stop interrupts the batch's job here
+            rows = frame.toArrow()
+        write_deltalake(self.path, rows, mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]))

@@ -299,7 +299,7 @@ def test_fail_on_data_loss_when_a_replayed_epoch_left_the_log(spark, kafka, tmp_
 
 @pytest.mark.timing
 def test_lock_headroom_is_reported_when_a_batch_is_slow(spark, kafka, tmp_path):
-    setup = _setup(kafka, tmp_path, partitions=1)
+    setup = _setup(kafka, tmp_path, partitions=1, lock_duration_ms=2000)  # the query reads it from the group
     produced = kafka.produce_numbered(setup.topic, 20, 1)
 
     def slow_sink(_frame, _batch_id) -> None:

@@ -38,8 +38,8 @@ _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_start", "log_end_offsets", "log_offsets",
-           "partition_counts"]
+__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_config", "group_start", "log_end_offsets",
+           "log_offsets", "partition_counts"]
 
 #: A topic-partition (a share-partition, to a share group): (topic, partition).
 Key = tuple[str, int]
@@ -213,14 +213,20 @@ def log_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeou
     return bounds.of(partitions)
 
 
-def group_start(config: Mapping[str, Any], group_id: str, timeout_s: float = 3.0) -> str | None:
-    """The share group's ``share.auto.offset.reset`` (``latest``, Apache Kafka's default, or ``earliest``): where
-    it starts in a partition it never fetched. None when the cluster does not say (a broker without group
-    configurations, or no answer within ``timeout_s``): only a hint for a message, never worth a wait."""
+def group_config(config: Mapping[str, Any], group_id: str, key: str, timeout_s: float = 3.0) -> str | None:
+    """The share group's effective config ``key`` (the group's own value, else the broker's default), as the
+    cluster says it. None when the cluster does not say (a broker without group configurations, or no answer
+    within ``timeout_s``): the caller falls back on what it assumes, and says so."""
     admin = AdminClient(admin_config(config))
     try:
         futures = admin.describe_configs([ConfigResource(ResourceType.GROUP, group_id)], request_timeout=timeout_s)
-        entry = next(iter(futures.values())).result(timeout=timeout_s).get("share.auto.offset.reset")
+        entry = next(iter(futures.values())).result(timeout=timeout_s).get(key)
     except Exception:  # any failure means "cannot tell", which the caller says as such
         return None
     return None if entry is None else str(entry.value)
+
+
+def group_start(config: Mapping[str, Any], group_id: str, timeout_s: float = 3.0) -> str | None:
+    """The share group's ``share.auto.offset.reset`` (``latest``, Apache Kafka's default, or ``earliest``): where
+    it starts in a partition it never fetched. None when the cluster does not say: only a hint for a message."""
+    return group_config(config, group_id, "share.auto.offset.reset", timeout_s)

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Settled
-from sharegroup_source.coordinators.broker.group_setup import set_up_group
+from sharegroup_source.coordinators.broker.group_setup import lock_duration, set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.kafka.metadata import group_start
@@ -52,8 +52,8 @@ class BrokerCoordinator:
         query's first run only: the progress table has no run of it yet)."""
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
-        lock_duration_ms = set_up_group(options, first_run=not progress.totals(options.group_id)) or (
-            options.lock_duration_ms)
+        read = set_up_group(options, first_run=not progress.totals(options.group_id))
+        lock_duration_ms = lock_duration(options, read)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
         return cls(client, run_id, lock_duration_ms, options.client_config)
@@ -69,8 +69,8 @@ class BrokerCoordinator:
 
     @property
     def lock_duration_ms(self) -> int:
-        """The group's lock duration: as the broker said it, where the query set the group's configs; else as the
-        ``lockDurationMs`` option says (reading it costs a request the embedded broker never answers)."""
+        """The group's lock duration as the cluster said it when the member joined; the ``lockDurationMs`` option
+        where it did not say (a broker without group configurations)."""
         return self._lock_duration_ms
 
     def starts_at(self) -> str | None:

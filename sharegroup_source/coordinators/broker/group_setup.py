@@ -19,15 +19,19 @@ from sharegroup_source.kafka.group_configs import (
     asked_by,
     read_group_configs,
 )
+from sharegroup_source.kafka.metadata import group_config
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import Failed
 from sharegroup_source.options import SourceOptions
 
-__all__ = ["set_up_group"]
+__all__ = ["LOCK_READ_TIMEOUT_S", "lock_duration", "set_up_group"]
 
 log = logging.getLogger(__name__)
 
 _LOCK_DURATION = "share.record.lock.duration.ms"
+#: How long a query's start waits for the group's lock duration: Apache Kafka answers in milliseconds, a broker
+#: without group configurations (librdkafka's mock cluster) never does.
+LOCK_READ_TIMEOUT_S = 2.0
 
 
 def set_up_group(options: SourceOptions, first_run: bool) -> int | None:
@@ -64,3 +68,21 @@ def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
                            f"startingOffsets: {answer}")
     return sorted(key for key, offset in answer.items()
                   if key[0] in options.topics and offset.start_offset is not None and offset.start_offset >= 0)
+
+
+def lock_duration(options: SourceOptions, read: int | None) -> int:
+    """How long the group locks what its members acquire: ``read`` where setting the group's configs read it, else
+    as the cluster says (the group's value or the broker's default), else the option ``lockDurationMs``.
+
+    The member keeps records acquired beyond a batch for the next batches only while their locks have room:
+    a guess longer than the group's lock would hand Spark records whose locks ran out, and work is done twice.
+    """
+    if read is not None:
+        return read
+    found = group_config(options.client_config, options.group_id, _LOCK_DURATION, LOCK_READ_TIMEOUT_S)
+    if found is not None and found.isdigit():
+        return int(found)
+    log.info("share group %s: the cluster did not say its %s within %.0f s; the query takes the option "
+             "lockDurationMs=%d for it", options.group_id, _LOCK_DURATION, LOCK_READ_TIMEOUT_S,
+             options.lock_duration_ms)
+    return options.lock_duration_ms

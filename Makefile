@@ -11,6 +11,11 @@ JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 # Node tools the suite starts (Azurite, the Azure Storage emulator), pinned by tools/package-lock.json
 TOOLS := tools/node_modules/.installed
+# The suite's GCS stand-in (sharegroup_source/testing/gcs_server.py): fake-gcs-server, built from the Go module proxy
+# into .venv/bin at this version (the stamp's name carries it, so a new version rebuilds)
+FAKE_GCS_VERSION := v1.56.1
+FAKE_GCS := $(VENV)/.fake-gcs-server-$(FAKE_GCS_VERSION)
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 
 # Spark discovers format("sharegroup") by listing top-level pyspark_* modules (pkgutil), which an
 # editable install's import hook does not show: a .pth line puts the checkout itself on sys.path.
@@ -42,7 +47,7 @@ TEST_WORKERS ?= 2
 # Debian's Chromium: tests/test_docs.py opens the built documentation site in it, headless
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo demo-kafka test compat check lint wheel bench soak broker kafka jars tools chromium clean
+.PHONY: demo demo-kafka test compat check lint wheel bench soak soak-long broker kafka jars tools gcs chromium clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -97,6 +102,14 @@ $(TOOLS): tools/package.json tools/package-lock.json
 
 tools: $(TOOLS)
 
+$(FAKE_GCS):
+	@test -x $(GO) || { echo "go not found: install Go 1.26+ (the suite's GCS stand-in, fake-gcs-server, is a Go module)"; exit 1; }
+	mkdir -p $(BIN)
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION)
+	touch $@
+
+gcs: $(FAKE_GCS)
+
 # installed once, with apt (the machine runs as root; sudo otherwise); where there is no apt the browser test skips
 chromium:
 	@if [ -x $(CHROMIUM) ]; then :; \
@@ -115,7 +128,7 @@ demo-kafka: $(STAMP) $(JARS)
 # Setup first, its parts at once (pip, Maven and npm each wait on the network and the disk more than on a core):
 # 176 s instead of about 250 on a fresh 2-core machine (2026-11-27). Then the suite, then the slices of the other Sparks.
 test:
-	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(COMPAT_VENVS) chromium
+	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(FAKE_GCS) $(COMPAT_VENVS) chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
@@ -140,6 +153,11 @@ bench: $(STAMP) $(JARS)
 
 soak: $(STAMP) $(JARS)
 	$(BIN)/python -m soak $(SOAK_ARGS)
+
+# two hours of both coordinators on three Apache Kafka brokers under their faults, sampled every 10 minutes
+# (soak/long): bench/results/soak-long.json and .png, markdown tables for docs/benchmarks.md; exits 1 unless flat
+soak-long: $(STAMP) $(JARS)
+	$(BIN)/python -m soak.long $(SOAK_LONG_ARGS)
 
 broker: $(STAMP)
 	$(BIN)/sharegroup broker --topic orders:4

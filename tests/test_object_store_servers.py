@@ -4,6 +4,7 @@ credentials it reads as access denied."""
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,10 +18,11 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from sharegroup_source.testing.azurite import Azurite
+from sharegroup_source.testing.gcs_server import GcsServer
 from sharegroup_source.testing.s3_server import S3Server
 from sharegroup_source.testing.store_server import CommitCounts
 from state_store.storage_errors import ACCESS_DENIED, UNREACHABLE, storage_problem
-from tests.object_stores import azurite, s3_server  # noqa: F401
+from tests.object_stores import azurite, gcs_server, s3_server  # noqa: F401
 
 pytestmark = pytest.mark.object_store
 
@@ -38,20 +40,31 @@ class Store:
     options: dict[str, str]
     outage: Callable[[], AbstractContextManager[None]]
     credentials_required: Callable[[], AbstractContextManager[None]]
-    wrong_credentials: dict[str, str]
+    #: None: the server checks no credential (fake-gcs-server)
+    wrong_credentials: dict[str, str] | None
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", "azure", "gcs"])
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
     if request.param == "s3":
         s3: S3Server = request.getfixturevalue("s3_server")
         yield Store("s3", s3.uri(s3.create_bucket(), "state/t"), s3.storage_options(), s3.outage,
                     s3.credentials_required, {"aws_secret_access_key": "wrong-secret"})
-    else:
+    elif request.param == "azure":
         azure: Azurite = request.getfixturevalue("azurite")
         # Azurite always checks the account key: nothing to switch on
         yield Store("azure", azure.uri(azure.create_container(), "state/t"), azure.storage_options(),
                     azure.outage, nullcontext, {"azure_storage_account_key": azure.wrong_key()})
+    else:
+        gcs: GcsServer = request.getfixturevalue("gcs_server")
+        yield Store("gcs", gcs.uri(gcs.create_bucket(), "state/t"), gcs.storage_options(), gcs.outage,
+                    nullcontext, None)
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def held_store(request: pytest.FixtureRequest) -> S3Server | GcsServer:
+    """A server that can hold commit PUTs back until two writers have sent theirs (Azurite cannot)."""
+    return request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
 
 
 def rows(uri: str, options: dict[str, str]) -> list[int]:
@@ -62,7 +75,7 @@ def keys(*values: int) -> pa.Table:
     return pa.table({"k": pa.array(values, pa.int64())})
 
 
-def _race(s3: S3Server, uri: str, options: dict[str, str], values: tuple[int, int],
+def _race(server: S3Server | GcsServer, uri: str, options: dict[str, str], values: tuple[int, int],
           commit_properties: CommitProperties | None) -> dict[int, str]:
     """Two writers append at once, their commit PUTs held until both reached the store: who "won" and who "lost"."""
     outcomes: dict[int, str] = {}
@@ -75,12 +88,12 @@ def _race(s3: S3Server, uri: str, options: dict[str, str], values: tuple[int, in
         except CommitFailedError:
             outcomes[value] = "lost"
 
-    with s3.commits_held():
+    with server.commits_held():
         writers = [threading.Thread(target=append, args=(v,)) for v in values]
         for writer in writers:
             writer.start()
         deadline = time.monotonic() + 30
-        while s3.commits_waiting() < 2:
+        while server.commits_waiting() < 2:
             assert time.monotonic() < deadline, "the two commits never both reached the store"
             time.sleep(0.01)
     for writer in writers:
@@ -106,24 +119,25 @@ def test_a_second_writer_of_a_version_loses(store: Store) -> None:
     assert rows(store.uri, store.options) == [0, 1, 2]
 
 
-def test_s3_lets_the_store_decide_a_commit_race(s3_server: S3Server) -> None:  # noqa: F811
-    """Both writers list version 0 and PUT version 1 at once: moto (behind the write lock) takes one, 412s the other.
+def test_the_store_decides_a_commit_race(held_store: S3Server | GcsServer) -> None:
+    """Both writers list version 0 and PUT version 1 at once: the store takes one and 412s the other (moto behind
+    the write lock: If-None-Match; fake-gcs-server: ifGenerationMatch=0).
 
     delta-rs checks the latest version before its PUT; holding the PUTs makes the store's compare-and-swap,
     not that check, decide. The retried conflict is counted, and no version has two winners.
     """
-    bucket = s3_server.create_bucket()
-    uri, options = s3_server.uri(bucket, "t"), s3_server.storage_options()
+    bucket = held_store.create_bucket()
+    uri, options = held_store.uri(bucket, "t"), held_store.storage_options()
     write_deltalake(uri, keys(0), storage_options=options)
     outcomes: dict[int, str] = {}
     for round_, properties in enumerate((ONE_ATTEMPT, None)):
         values = (10 * round_ + 1, 10 * round_ + 2)
-        outcomes.update(_race(s3_server, uri, options, values, properties))
+        outcomes.update(_race(held_store, uri, options, values, properties))
         if properties is ONE_ATTEMPT:
             assert sorted(outcomes[v] for v in values) == ["lost", "won"]
         else:  # the loser retried at the next version
             assert [outcomes[v] for v in values] == ["won", "won"]
-    assert s3_server.counts(bucket) == CommitCounts(commits=4, conflicts=2)
+    assert held_store.counts(bucket) == CommitCounts(commits=4, conflicts=2)
     table = DeltaTable(uri, storage_options=options)
     assert table.version() == 3
     winner = next(v for v in (1, 2) if outcomes[v] == "won")
@@ -160,6 +174,28 @@ def test_azurite_refuses_a_second_put_if_absent(azurite: Azurite) -> None:  # no
         assert blob.download_blob().readall() == b"first"
 
 
+def test_the_gcs_server_refuses_a_second_put_if_absent(gcs_server: GcsServer) -> None:  # noqa: F811
+    """The request a Delta commit on GCS is (XML API PUT, x-goog-if-generation-match: 0): the second one of an
+    object is refused with 412, and the object keeps the first one's bytes."""
+    bucket = gcs_server.create_bucket()
+    host, port = gcs_server.endpoint.removeprefix("http://").split(":")
+    statuses = []
+    for body in (b"first", b"second"):
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        connection.request("PUT", f"/{bucket}/t%2F_delta_log%2F00000000000000000000.json", body=body,
+                           headers={"x-goog-if-generation-match": "0", "Content-Type": "application/json"})
+        response = connection.getresponse()
+        statuses.append((response.status, response.read().decode()))
+        connection.close()
+    assert statuses[0][0] == 200, statuses
+    assert statuses[1][0] == 412 and "PreconditionFailed" in statuses[1][1], statuses
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.request("GET", f"/{bucket}/t%2F_delta_log%2F00000000000000000000.json")
+    assert connection.getresponse().read() == b"first"
+    connection.close()
+    assert gcs_server.counts(bucket) == CommitCounts(commits=1, conflicts=1)
+
+
 def test_an_outage_is_unreachable_and_the_data_survives_it(store: Store) -> None:
     options = {**store.options, **NO_RETRIES}
     write_deltalake(store.uri, keys(1), storage_options=options)
@@ -173,6 +209,8 @@ def test_an_outage_is_unreachable_and_the_data_survives_it(store: Store) -> None
 
 
 def test_wrong_credentials_are_access_denied(store: Store) -> None:
+    if store.wrong_credentials is None:
+        pytest.skip(f"{store.name}: the server checks no credential (object_store is told disable_oauth)")
     write_deltalake(store.uri, keys(1), storage_options=store.options)
     with store.credentials_required():
         with pytest.raises((OSError, DeltaError)) as raised:

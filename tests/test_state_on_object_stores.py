@@ -1,4 +1,5 @@
-"""State on object stores: every location of the source on an S3 server (moto) and on Azurite, over their protocols.
+"""State on object stores: every location of the source on an S3 server (moto), on Azurite and on a GCS server
+(fake-gcs-server behind its XML API front), over their protocols.
 
 Each test runs once per store, on Apache Kafka's broker. What a user would check is checked: the
 records in the sink against what was produced, the state tables read back from the store, the
@@ -30,7 +31,7 @@ from state_store import RecordState, StateStore, StateStoreError
 from state_store.group import GroupStore
 from state_store.storage_errors import ACCESS_DENIED, NO_SUCH_STORE
 from tests.conftest import selected_peers
-from tests.object_stores import azurite, s3_server  # noqa: F401  (session fixtures)
+from tests.object_stores import azurite, gcs_server, s3_server  # noqa: F401  (session fixtures)
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
 
@@ -45,8 +46,6 @@ ON_APACHE = pytest.mark.parametrize("kafka", [p for p in selected_peers() if p =
 LOCK_MS = 8_000
 #: Longer than delta-rs's retries of a refused connection (3-6 s here), shorter than a lock duration matters.
 OUTAGE_S = 10
-
-
 def _for_seconds(seconds: float, until: Callable[[], bool]) -> None:
     """Let ``seconds`` pass (an outage lasts that long), or less once ``until`` holds."""
     deadline = time.monotonic() + seconds
@@ -61,8 +60,8 @@ class Store:
     name: str
     root: str
     storage: dict[str, str]
-    #: storage options whose credential the store refuses
-    wrong_credentials: dict[str, str]
+    #: storage options whose credential the store refuses; None: the store checks none (the GCS server)
+    wrong_credentials: dict[str, str] | None
     #: a location in a bucket or container that does not exist
     missing: str
     outage: Callable[[], AbstractContextManager[None]]
@@ -75,7 +74,7 @@ class Store:
         return f"{self.root}/{path}"
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", "azure", "gcs"])
 def store(request) -> Store:
     if request.param == "s3":
         s3 = request.getfixturevalue("s3_server")
@@ -84,6 +83,12 @@ def store(request) -> Store:
                      s3.storage_options(aws_secret_access_key="not-the-secret"),
                      s3.uri(f"sharegroup-missing-{uuid.uuid4().hex[:8]}", "t"), s3.outage, s3.credentials_required,
                      lambda: tuple(s3.counts(bucket)))
+    if request.param == "gcs":
+        gcs = request.getfixturevalue("gcs_server")
+        bucket = gcs.create_bucket()
+        return Store("gcs", gcs.uri(bucket, "t"), gcs.storage_options(), None,
+                     gcs.uri(f"sharegroup-missing-{uuid.uuid4().hex[:8]}", "t"), gcs.outage, contextlib.nullcontext,
+                     lambda: tuple(gcs.counts(bucket)))
     server = request.getfixturevalue("azurite")
     container = server.create_container()
     return Store("azure", server.uri(container, "t"), server.storage_options(),
@@ -285,9 +290,11 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
 # -- a store at fault, and a store without an atomic commit --------------------------------------------------------
 def test_wrong_credentials_and_a_missing_bucket_are_named_in_one_line(store):
     """What a query, the admin and a worker say at start: the option, the location, and which of the two it is."""
+    cases = [(store.missing, store.storage, NO_SUCH_STORE)]
+    if store.wrong_credentials is not None:  # the GCS server checks no credential
+        cases.insert(0, (store.uri("state"), store.wrong_credentials, ACCESS_DENIED))
     with store.checking_credentials():
-        for location, storage, problem in ((store.uri("state"), store.wrong_credentials, ACCESS_DENIED),
-                                           (store.missing, store.storage, NO_SUCH_STORE)):
+        for location, storage, problem in cases:
             with pytest.raises(OptionError) as refused:
                 check_location("stateLocation", location, storage)
             message = str(refused.value)

@@ -224,8 +224,12 @@ class MicroBatchDriver:
                     self._book.record_settled()
             except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
                 log.warning("%s", fenced)
-            self._admission.give_back()
-            self._book.release_held()
+            finally:
+                # whatever cut the settling short (Kafka, the state store, a signal), what is held goes back and the
+                # ledger says so: a member leaving with an epoch still ACQUIRED in the ledger tells the next run of
+                # locks that nobody holds
+                self._admission.give_back()
+                self._book.release_held()
         finally:
             try:
                 self._coordinator.close()

@@ -11,6 +11,7 @@ The suite, ``bench/``, ``soak/``, ``examples/demo.py`` and the ``sharegroup`` co
 - :mod:`.workers`: the driver-side Python workers of streaming sources, to kill or measure.
 - :mod:`.serve`: a broker served in the foreground (``sharegroup broker``, ``sharegroup kafka``).
 - :mod:`.secured_kafka`: Apache Kafka with SASL_SSL, a CA made at start, and ACLs.
-- :mod:`.s3_server`, :mod:`.azurite`: object stores on loopback (moto's S3, Azure's emulator) for state on them, on
-  :mod:`.store_server`'s base (an outage as a block, the commits a store stored and refused).
+- :mod:`.s3_server`, :mod:`.azurite`, :mod:`.gcs_server`: object stores on loopback (moto's S3, Azure's emulator,
+  fake-gcs-server behind an XML API front) for state on them, on :mod:`.store_server`'s base (an outage as a block,
+  the commits a store stored and refused).
 """

@@ -56,7 +56,6 @@ import http.client
 import json
 import os
 import re
-import select
 import shutil
 import socket
 import subprocess
@@ -74,7 +73,7 @@ from typing import IO, Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from sharegroup_source.testing.apache_kafka import free_port, orphan_guard
-from sharegroup_source.testing.store_server import CommitCounts, StoreServer
+from sharegroup_source.testing.store_server import ChildChannel, CommitCounts, StoreServer
 
 __all__ = ["FAKE_GCS_ENV", "GcsServer", "GcsServerError", "GcsServerMissing", "fake_gcs_server"]
 
@@ -354,9 +353,8 @@ class GcsServer(StoreServer):
         self.startup_timeout_s = startup_timeout_s
         self.directory: Path | None = None
         self._upstream: subprocess.Popen[bytes] | None = None
-        self._front: subprocess.Popen[bytes] | None = None
+        self._front: ChildChannel | None = None
         self._log: IO[bytes] | None = None
-        self._exchange = threading.Lock()
 
     @property
     def endpoint(self) -> str:
@@ -387,11 +385,12 @@ class GcsServer(StoreServer):
                  "-data", str(self.directory / "seed"), "-log-level", "warn"],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
             self._wait_for_upstream()
-            self._front = subprocess.Popen(
+            self._front = ChildChannel("the GCS front", GcsServerError, self.log_path)
+            self._front.process = subprocess.Popen(
                 [sys.executable, "-m", "sharegroup_source.testing.gcs_server", self.host, "0",
                  str(self.upstream_port)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
-            self.port = self._reply(self.startup_timeout_s)
+            self.port = self._front.reply(self.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -410,28 +409,10 @@ class GcsServer(StoreServer):
         raise GcsServerError(f"fake-gcs-server did not listen on {self.host}:{self.upstream_port} within "
                              f"{self.startup_timeout_s:.0f}s; see {self.log_path}")
 
-    def _reply(self, timeout_s: float) -> Any:
-        process = self._front
-        if process is None or process.stdout is None:
+    def _command(self, name: str, argument: Any = None) -> Any:
+        if self._front is None:
             raise GcsServerError("the GCS front is not running")
-        ready, _, _ = select.select([process.stdout], [], [], timeout_s)
-        line = process.stdout.readline() if ready else b""
-        if not line:
-            state = "exited" if process.poll() is not None else f"did not answer within {timeout_s:.0f}s"
-            raise GcsServerError(f"the GCS front {state}; see {self.log_path}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise GcsServerError(f"GCS front: {reply['error']}; see {self.log_path}")
-        return reply["ok"]
-
-    def _command(self, name: str, argument: Any = None, timeout_s: float = 30.0) -> Any:
-        with self._exchange:
-            process = self._front
-            if process is None or process.stdin is None:
-                raise GcsServerError("the GCS front is not running")
-            process.stdin.write(json.dumps([name, argument]).encode() + b"\n")
-            process.stdin.flush()
-            return self._reply(timeout_s)
+        return self._front.command(name, argument)
 
     def down(self) -> None:
         """An outage: the front's listener closes, so clients meet a refused connection.
@@ -469,16 +450,7 @@ class GcsServer(StoreServer):
         """End the front and fake-gcs-server (the objects go with it); the log stays unless empty."""
         front, self._front = self._front, None
         if front is not None:
-            if front.stdin is not None:
-                with suppress(OSError):  # a child that died already
-                    front.stdin.close()  # the front's cue to exit
-            try:
-                front.wait(5)
-            except subprocess.TimeoutExpired:
-                front.kill()
-                front.wait(10)
-            if front.stdout is not None:
-                front.stdout.close()
+            front.close()
         upstream, self._upstream = self._upstream, None
         if upstream is not None and upstream.poll() is None:
             upstream.kill()

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import socket
 import subprocess
@@ -48,11 +47,11 @@ import threading
 import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from sharegroup_source.testing.store_server import CommitCounts, StoreServer
+from sharegroup_source.testing.store_server import ChildChannel, CommitCounts, StoreServer
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -220,9 +219,8 @@ class S3Server(StoreServer):
         self.region = region
         self.startup_timeout_s = startup_timeout_s
         self.directory: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._channel: ChildChannel | None = None
         self._log: IO[bytes] | None = None
-        self._exchange = threading.Lock()
         self._access_key: tuple[str, str] = ("", "")
 
     @property
@@ -240,43 +238,26 @@ class S3Server(StoreServer):
         return self.directory / "s3-server.log"
 
     def start(self) -> S3Server:
-        if self._process is not None:
+        if self._channel is not None:
             return self
         self.directory = Path(tempfile.mkdtemp(prefix="sharegroup-s3-"))
         self._log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
+        self._channel = ChildChannel("the S3 server", S3ServerError, self.log_path)
+        self._channel.process = subprocess.Popen(
             [sys.executable, "-m", "sharegroup_source.testing.s3_server", self.host, str(self.port)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         try:
-            self.port = self._reply(self.startup_timeout_s)
+            self.port = self._channel.reply(self.startup_timeout_s)
             self._access_key = self._make_user()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _reply(self, timeout_s: float) -> Any:
-        process = self._process
-        if process is None or process.stdout is None:
+    def _command(self, name: str, argument: Any = None) -> Any:
+        if self._channel is None:
             raise S3ServerError("the S3 server is not running")
-        ready, _, _ = select.select([process.stdout], [], [], timeout_s)
-        line = process.stdout.readline() if ready else b""
-        if not line:
-            state = "exited" if process.poll() is not None else f"did not answer within {timeout_s:.0f}s"
-            raise S3ServerError(f"the S3 server {state}; see {self.log_path}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise S3ServerError(f"S3 server: {reply['error']}; see {self.log_path}")
-        return reply["ok"]
-
-    def _command(self, name: str, argument: Any = None, timeout_s: float = 30.0) -> Any:
-        with self._exchange:
-            process = self._process
-            if process is None or process.stdin is None:
-                raise S3ServerError("the S3 server is not running")
-            process.stdin.write(json.dumps([name, argument]).encode() + b"\n")
-            process.stdin.flush()
-            return self._reply(timeout_s)
+        return self._channel.command(name, argument)
 
     def _make_user(self) -> tuple[str, str]:
         """An IAM user allowed everything, and its access key (moto makes the key; it cannot be chosen)."""
@@ -340,18 +321,9 @@ class S3Server(StoreServer):
 
     def stop(self) -> None:
         """End the child (its buckets go with it); its log stays unless empty."""
-        process, self._process = self._process, None
-        if process is not None:
-            if process.stdin is not None:
-                with suppress(OSError):  # a child that died already
-                    process.stdin.close()  # the child's cue to exit
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-            if process.stdout is not None:
-                process.stdout.close()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -5,6 +5,10 @@ time); only those that happened are counted. Faults that need the embedded broke
 injected protocol errors, a short acquisition lock) are left out on a real cluster; faults that
 need the three-broker Apache Kafka the soak started (``--kafka cluster``: a broker killed with
 kill -9, or restarted as an upgrade does, mid-batch) are left out everywhere else.
+
+A caller that runs more beside the soak (the long soak: a second query, its worker, its sampling)
+plugs it in through :class:`SoakHooks`: every loop that keeps the query running, the faults'
+waits included, calls its tick, so nothing beside the soak waits for a fault to end.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from sharegroup_source.testing.kafka_cluster import KafkaCluster
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 from sharegroup_source.testing.workers import kill_source_workers
 from soak.member import IndependentMember
+from soak.producer import NumberedProducer
 from soak.query import SoakQuery
 from soak.sink import BatchSink
 
-__all__ = ["FAULTS", "Fault", "SoakContext", "applicable", "schedule"]
+__all__ = ["FAULTS", "Fault", "SoakContext", "SoakHooks", "applicable", "schedule"]
 
 #: How long a fault waits for the query to reach the batch it needs.
 ARM_TIMEOUT_S = 30.0
@@ -35,9 +40,31 @@ FETCH_ERRORS = ("LEADER_NOT_AVAILABLE", "NOT_LEADER_FOR_PARTITION", "REQUEST_TIM
 ACK_ERRORS = ("SHARE_SESSION_NOT_FOUND", "INVALID_RECORD_STATE", "INVALID_SHARE_SESSION_EPOCH")
 
 
+def _no_tick(_: SoakContext) -> None:
+    return None
+
+
+def _kill_every_source_worker(_: SoakContext) -> int:
+    return kill_source_workers()
+
+
+@dataclass(frozen=True)
+class SoakHooks:
+    """What a caller running more beside the soak plugs into it; the defaults are the soak alone.
+
+    ``tick`` is called with the context on every turn of the loops that keep the query running
+    (every 0.2 s or so, faults' waits included; not while a broker restarts). ``kill_driver_workers``
+    SIGKILLs the driver-side workers the driver_killed fault kills and says how many: by default
+    every one of this process, which with a second query would kill that one's too.
+    """
+
+    tick: Callable[[SoakContext], None] = _no_tick
+    kill_driver_workers: Callable[[SoakContext], int] = _kill_every_source_worker
+
+
 @dataclass
 class SoakContext:
-    """What a fault acts on."""
+    """What a fault acts on, and what a hook's tick may look at (``producer``, ``members``)."""
 
     rng: random.Random
     kafka: KafkaUnderTest
@@ -48,6 +75,8 @@ class SoakContext:
     lock_ms: int
     partitions: int = 1
     members: list[IndependentMember] = field(default_factory=list)
+    producer: NumberedProducer | None = None
+    hooks: SoakHooks = field(default_factory=SoakHooks)
 
     @property
     def broker(self) -> EmbeddedBroker:
@@ -59,11 +88,16 @@ class SoakContext:
         assert self.kafka.cluster is not None, "a cluster fault was scheduled on a cluster the soak did not start"
         return self.kafka.cluster
 
+    def keep_running(self) -> None:
+        """One turn of keeping things running: the query started again if it ended, then the hooks' tick."""
+        self.query.ensure_running()
+        self.hooks.tick(self)
+
     def wait(self, event: threading.Event, timeout_s: float = ARM_TIMEOUT_S) -> bool:
         """Wait for ``event`` while keeping the query running (an earlier fault may have ended it)."""
         deadline = time.monotonic() + timeout_s
         while not event.wait(0.2):
-            self.query.ensure_running()
+            self.keep_running()
             if time.monotonic() > deadline:
                 self.sink.disarm()
                 return False
@@ -88,7 +122,7 @@ def _task_failure(ctx: SoakContext) -> bool:
 
 def _driver_killed(ctx: SoakContext) -> bool:
     """SIGKILL the driver-side Python worker mid-batch: nothing is released, the query fails and restarts."""
-    if not ctx.wait(ctx.sink.arm_pause(1.0)) or not kill_source_workers():
+    if not ctx.wait(ctx.sink.arm_pause(1.0)) or not ctx.hooks.kill_driver_workers(ctx):
         return False
     ctx.query.expect_failure()  # noticed only by ensure_running, which runs on this thread
     return True
@@ -144,7 +178,7 @@ def _down_for_a_while(ctx: SoakContext, node: int, stop: Callable[[int], None]) 
     try:
         deadline = time.monotonic() + ctx.rng.uniform(2.0, 6.0)
         while time.monotonic() < deadline:
-            ctx.query.ensure_running()
+            ctx.keep_running()
             time.sleep(0.2)
     finally:
         ctx.cluster.restart(node)

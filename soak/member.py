@@ -75,3 +75,4 @@ class IndependentMember(threading.Thread):
                     log.info("independent member: %s", error)
         finally:
             consumer.close()
+            self._polled.clear()  # the last acknowledgement callback came with close: keep only what was accepted

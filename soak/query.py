@@ -8,6 +8,7 @@ soak's main thread, so the bookkeeping needs no lock.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -15,7 +16,11 @@ from pyspark.sql.streaming import StreamingQuery
 
 from soak.sink import INJECTED_MARK, BatchSink
 
-__all__ = ["SoakQuery"]
+__all__ = ["PYTHON_ERROR", "SoakQuery"]
+
+#: A Python exception's line inside a failure's message (``state_store.errors.StateStoreError: ...``): what went
+#: wrong, where Spark's plan, printed after it, says nothing of it.
+PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure)\b")
 
 class SoakQuery:
     def __init__(self, spark: SparkSession, options: dict[str, str], checkpoint: Path, sink: BatchSink):
@@ -80,7 +85,8 @@ class SoakQuery:
             self.expected_failures_seen += 1
         else:
             lines = [line.strip() for line in message.splitlines() if line.strip()] or [repr(error)]
-            # the first line names Spark's error class, the last one the exception that caused it
-            shown = lines[0][:200] + (f" ... {lines[-1][:200]}" if len(lines) > 1 else "")
+            # the first line names Spark's error class, the Python exception's line (else the last) what caused it
+            cause = next((line for line in reversed(lines[1:]) if PYTHON_ERROR.match(line)), lines[-1])
+            shown = lines[0][:200] + (f" ... {cause[:200]}" if len(lines) > 1 else "")
             self.unexpected_failures.append(shown)
             self.unexpected_details.append(message)

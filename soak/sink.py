@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from sharegroup_source.batch_interruption import short_on_stop
 from soak.producer import record_number
 
 __all__ = ["INJECTED_MARK", "BatchSink", "InjectedSinkFailure", "SinkRows"]
@@ -106,8 +108,9 @@ class BatchSink:
         if failure is not None and not failure.after_write:
             failure.done.set()
             raise InjectedSinkFailure(f"{INJECTED_MARK} before writing batch {batch_id}")
-        frame.select("partition", "offset", "value", "deliveryCount").write.mode("overwrite").parquet(
-            str(self.path / f"batch={batch_id}"))
+        with short_on_stop():  # a stop mid-write: one line Spark takes for a stop, not a stack-overflowing trace
+            frame.select("partition", "offset", "value", "deliveryCount").write.mode("overwrite").parquet(
+                str(self._folder(batch_id)))
         self.last_batch = max(self.last_batch, batch_id)
         if slow is not None:
             slow.done.set()
@@ -116,6 +119,17 @@ class BatchSink:
             raise InjectedSinkFailure(f"{INJECTED_MARK} after writing batch {batch_id}")
 
     # -- reading back ---------------------------------------------------------------------------
+    def _folder(self, batch_id: int) -> Path:
+        return self.path / f"batch={batch_id}"
+
+    def batch_numbers(self, batch_id: int) -> list[int]:
+        """The record numbers in one batch's folder (none if it has no folder). Only a batch in Spark's commit
+        log is final: one that is not may be running, or be run again, and its folder rewritten."""
+        folder = self._folder(batch_id)
+        if not folder.is_dir():
+            return []
+        return [record_number(value) for value in pq.read_table(folder, columns=["value"]).column("value").to_pylist()]
+
     def rows(self) -> SinkRows:
         """Every row in the sink; a folder being rewritten at this moment is retried."""
         for attempt in range(5):

@@ -1,0 +1,138 @@
+"""The resources of every process of the long soak: memory, threads and open descriptors, and the two heaps.
+
+Processes are found from this one (the driver's Python, where the SparkSession lives): its child
+JVM running SparkSubmit is the driver JVM; the JVM's Python children are the driver-side source
+runners (one per query, found by their command line) and Spark's Python task workers; the
+DeltaShareConsumer worker is the delta lane's child process. Resident memory (RSS) is summed over
+a role's processes; forked task workers share pages, so their sum overstates what they use, the
+same way at every sample. Descriptors (``num_fds``) count files, sockets and pipes: a leaked
+connection shows there, not in ``open_files``.
+
+The JVM heap is asked of the JVM with ``jcmd`` (the JDK's tool, present where ``make jars`` runs):
+``GC.run``, then ``GC.heap_info``. Heap in use without a collection is mostly garbage waiting for
+the next one and swings by hundreds of MB between samples; after a full collection it is what is
+live. One full collection per interval costs the driver a pause of a few hundred ms at most.
+(pyspark reaches the JVM's ``Runtime`` only through the session's private ``_jvm``, which the
+soak does not use: tests/test_public_names.py holds bench and soak to public names.)
+
+The driver Python's heap is tracemalloc's count of the bytes allocated through Python's allocators
+and not freed, leaving out those allocated by the soak's own modules: the soak keeps every record
+number and its independent members' bookkeeping, by design, and that would hide the growth of the
+rest (pyspark, py4j, the foreachBatch calls). ``sys.getallocatedblocks()`` is recorded beside it,
+but cannot be the figure: it counts small objects only, every one alike, the soak's included.
+tracemalloc must start before anything worth measuring is allocated (``start_tracing``), and costs
+the traced process some CPU on every allocation; this process mostly waits on Spark.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from sharegroup_source.testing.workers import source_workers
+from soak.long.intervals import MB, ProcessFigures
+
+__all__ = ["JCMD_TIMEOUT_S", "driver_jvm", "figures_of", "jvm_heap", "python_heap", "start_tracing",
+           "task_workers"]
+
+#: A jcmd call starts a JVM of its own and waits for the driver JVM's answer (a full collection included).
+JCMD_TIMEOUT_S = 60.0
+#: What the driver JVM runs (pyspark starts it with spark-submit).
+SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
+#: Frames tracemalloc keeps per allocation: the innermost is enough to tell whose it is, and is the cheapest.
+TRACE_FRAMES = 1
+#: The soak's own modules: their allocations are its bookkeeping, left out of the driver Python's heap.
+SOAK_FILES = str(Path(__file__).parents[1] / "*")
+
+
+def start_tracing() -> None:
+    """Trace the driver Python's allocations from now on (call it first thing in the process)."""
+    if not tracemalloc.is_tracing():
+        tracemalloc.start(TRACE_FRAMES)
+
+
+def figures_of(processes: Iterable[psutil.Process]) -> ProcessFigures:
+    """Resident memory, threads and descriptors summed over ``processes``; those that ended meanwhile left out."""
+    pids, rss, threads, fds = [], 0, 0, 0
+    for process in processes:
+        try:
+            with process.oneshot():
+                rss += process.memory_info().rss
+                threads += process.num_threads()
+                fds += process.num_fds()
+            pids.append(process.pid)
+        except psutil.Error:
+            continue
+    if not pids:
+        return ProcessFigures()
+    return ProcessFigures(tuple(sorted(pids)), round(rss / MB, 1), threads, fds)
+
+
+def _command_line(process: psutil.Process) -> str:
+    """The process's command line, empty for one that ended meanwhile."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def driver_jvm() -> psutil.Process | None:
+    """This process's child JVM running SparkSubmit (the brokers a soak started are Java children too)."""
+    return next((c for c in psutil.Process().children(recursive=True) if SPARK_SUBMIT in _command_line(c)), None)
+
+
+def task_workers(jvm: psutil.Process | None) -> list[psutil.Process]:
+    """The JVM's Python descendants other than the source runners: pyspark's daemon and the task workers it forks."""
+    if jvm is None:
+        return []
+    runners = {p.pid for p in source_workers()}
+    found = []
+    for process in jvm.children(recursive=True):
+        try:
+            if process.pid not in runners and "python" in process.name().lower():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _jcmd(pid: int, command: str) -> str:
+    done = subprocess.run(["jcmd", str(pid), command], capture_output=True, text=True, timeout=JCMD_TIMEOUT_S,
+                          check=False)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def jvm_heap(pid: int) -> tuple[float | None, float | None]:
+    """The JVM's heap in use after a full collection, and its metaspace in use, in MB (None where jcmd failed)."""
+    try:
+        _jcmd(pid, "GC.run")
+        info = _jcmd(pid, "GC.heap_info")
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    heap = re.search(r"heap\s+total \d+K, used (\d+)K", info)
+    metaspace = re.search(r"Metaspace\s+used (\d+)K", info)
+    return (None if heap is None else round(int(heap.group(1)) / 1024, 1),
+            None if metaspace is None else round(int(metaspace.group(1)) / 1024, 1))
+
+
+def python_heap() -> tuple[float | None, float | None, int]:
+    """The driver Python's traced heap outside the soak's modules and the soak's own, in MB (None if not tracing),
+    and its pymalloc blocks in use; after a collection, so garbage in reference cycles does not count (and py4j
+    lets go of the JVM objects such garbage held, before the JVM's own collection)."""
+    gc.collect()
+    blocks = sys.getallocatedblocks()
+    if not tracemalloc.is_tracing():
+        return None, None, blocks
+    snapshot = tracemalloc.take_snapshot()
+    total = sum(stat.size for stat in snapshot.statistics("filename"))
+    outside = sum(stat.size for stat in
+                  snapshot.filter_traces([tracemalloc.Filter(False, SOAK_FILES)]).statistics("filename"))
+    del snapshot
+    return round(outside / MB, 2), round((total - outside) / MB, 2), blocks

@@ -1,0 +1,241 @@
+"""Both lanes at once on one Kafka, sampled at the end of every interval: the long soak's run.
+
+The broker lane is soak.run.run_soak itself, given hooks. Its tick (every 0.2 s or so, faults'
+waits included) keeps the delta lane running, takes a sample when an interval ends, and stops the
+delta lane's producer when the run's time is up, as run_soak stops its own. Its driver_killed fault
+kills the broker lane's source runner only (the process the lane's progress rows name as its
+member): the delta lane's runner then lives as long as its query does, so its memory over hours
+says something, and the delta query fails only where the cluster's faults make it. After run_soak's
+drain the delta lane drains, and soak.run.account accounts for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pyspark.sql import SparkSession
+
+from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_source.testing.workers import source_workers
+from soak.faults import FAULTS, SoakContext, SoakHooks
+from soak.long.batches import BatchTimes
+from soak.long.delta_lane import DeltaLane
+from soak.long.footprints import footprints
+from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures
+from soak.long.processes import driver_jvm, figures_of, jvm_heap, python_heap, task_workers
+from soak.long.tally import SinkTally, record_figures
+from soak.long.verdict import LaneOutcome
+from soak.numbers import NumberSet
+from soak.report import SoakReport
+from soak.run import SoakSettings, run_soak
+from state_store import StateStore, StateStoreError
+
+__all__ = ["LongSoakPlan", "LongSoakResult", "lane_runner", "run_long_soak"]
+
+
+@dataclass(frozen=True)
+class LongSoakPlan:
+    """How long, how often sampled, and the load: ``records_per_s`` per lane."""
+
+    minutes: float = 120.0
+    interval_minutes: float = 10.0
+    seed: int = 932
+    #: per lane: both lanes, three brokers and a worker share two cores, and a lane that cannot keep up would show
+    #: a growing backlog as growing batch times
+    records_per_s: int = 100
+    #: each lane's drain after the run: the last faults' recoveries (a killed runner's member fenced after the
+    #: session timeout, a broker back in its ISRs), then the backlog
+    drain_timeout_s: float = 90.0
+
+    @property
+    def seconds(self) -> float:
+        return self.minutes * 60
+
+    def boundaries(self) -> list[float]:
+        """Seconds from the start at which each interval ends (the last one may be shorter)."""
+        step = self.interval_minutes * 60
+        return [min((k + 1) * step, self.seconds) for k in range(math.ceil(self.seconds / step - 1e-9))]
+
+    def settings(self) -> SoakSettings:
+        return SoakSettings(fault_seconds=self.seconds, drain_timeout_s=self.drain_timeout_s, seed=self.seed,
+                            records_per_s=self.records_per_s)
+
+
+@dataclass(frozen=True)
+class LongSoakResult:
+    intervals: list[Interval]
+    reports: dict[str, SoakReport]
+    outcomes: dict[str, LaneOutcome]
+    worker_starts: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 1), "worker_starts": self.worker_starts,
+                "intervals": [i.to_dict() for i in self.intervals],
+                "outcomes": {lane: asdict(outcome) for lane, outcome in self.outcomes.items()},
+                # asdict would turn the Counter of faults into counts of (kind, count) pairs
+                "reports": {lane: {**asdict(report), "faults": dict(report.faults)}
+                            for lane, report in self.reports.items()}}
+
+
+def lane_runner(state: Path, group: str) -> int | None:
+    """The pid of the source runner whose member is in the lane's group, as the lane's progress rows say (None
+    while no live run wrote one: a runner starting up writes its first row as its member joins)."""
+    try:
+        member = StateStore(str(state)).progress.member_in_group(group)
+    except (StateStoreError, OSError):
+        return None
+    return member.pid if member is not None and member.process_is_alive() else None
+
+
+class _Sampler:
+    """Takes a sample at the end of each interval of ``plan``, from the running lanes."""
+
+    def __init__(self, plan: LongSoakPlan, broker_work: Path, delta: DeltaLane, batches: BatchTimes):
+        self._boundaries = plan.boundaries()
+        self._broker_work, self._delta, self._batches = broker_work, delta, batches
+        self._broker_sink: SinkTally | None = None
+        self._sent_before = {"broker": 0, "delta": 0}
+        self.intervals: list[Interval] = []
+
+    @property
+    def pending(self) -> bool:
+        return len(self.intervals) < len(self._boundaries)
+
+    def due(self, elapsed_s: float) -> bool:
+        return self.pending and elapsed_s >= self._boundaries[len(self.intervals)]
+
+    def sample(self, ctx: SoakContext, elapsed_s: float) -> None:
+        began = time.monotonic()
+        processes = self._processes(ctx)  # first: the samples below allocate, and resident memory keeps some
+        python_heap_mb, soak_mb, blocks = python_heap()  # its collection frees JVM objects py4j held for garbage
+        jvm = processes["driver_jvm"].pids
+        heap_live, metaspace = jvm_heap(jvm[0]) if jvm else (None, None)
+        batches = self._batches.take()
+        lanes = {"broker": LaneFigures(batches["broker"], self._broker_records(ctx), ctx.query.starts),
+                 "delta": LaneFigures(batches["delta"], self._delta_records(), self._delta.query.starts)}
+        tables = footprints({"broker/state": self._broker_work / "state", "delta/state": self._delta.state,
+                             "delta/group": self._delta.group_location})
+        previous = self.intervals[-1].end_s if self.intervals else 0.0
+        self.intervals.append(Interval(len(self.intervals) + 1, round(elapsed_s, 1), round(elapsed_s - previous, 1),
+                                       processes, heap_live, metaspace, python_heap_mb, blocks, lanes, tables,
+                                       round(time.monotonic() - began, 1), soak_mb))
+        print(f"interval {len(self.intervals)} sampled at {elapsed_s / 60:.1f} min in "
+              f"{self.intervals[-1].sample_s:.1f} s", flush=True)
+
+    def _processes(self, ctx: SoakContext) -> dict[str, ProcessFigures]:
+        jvm = driver_jvm()
+        runners = list(source_workers())
+        broker = lane_runner(self._broker_work / "state", ctx.group)
+        delta = lane_runner(self._delta.state, self._delta.group)
+        worker = []
+        if self._delta.worker.pid is not None:
+            with contextlib.suppress(psutil.Error):
+                worker.append(psutil.Process(self._delta.worker.pid))
+        return {"driver_jvm": figures_of([jvm] if jvm is not None else []),
+                "driver_python": figures_of([psutil.Process()]),
+                "runner_broker": figures_of(p for p in runners if p.pid == broker),
+                "runner_delta": figures_of(p for p in runners if p.pid == delta),
+                "task_workers": figures_of(task_workers(jvm)),
+                "worker": figures_of(worker)}
+
+    def _broker_records(self, ctx: SoakContext) -> RecordFigures:
+        assert ctx.producer is not None, "run_soak gives its context the producer"
+        if self._broker_sink is None:
+            self._broker_sink = SinkTally(ctx.sink, self._broker_work / "checkpoint")
+        self._broker_sink.update()
+        accepted = NumberSet.of(set().union(*(m.accepted for m in ctx.members)))
+        unanswered = NumberSet.of(set().union(*(m.unanswered for m in ctx.members)))
+        records = record_figures(ctx.producer.delivered_numbers(), self._sent_before["broker"], self._broker_sink,
+                                 accepted, unanswered)
+        self._sent_before["broker"] = ctx.producer.sent
+        return records
+
+    def _delta_records(self) -> RecordFigures:
+        delta = self._delta
+        delta.update()
+        records = record_figures(delta.producer.delivered_numbers(), self._sent_before["delta"], delta.sink_tally,
+                                 delta.worker_tally.numbers, delta.worker_tally.unknown, delta.worker_tally.duplicated,
+                                 exclusive=True)
+        self._sent_before["delta"] = delta.producer.sent
+        return records
+
+
+class _LongSoak:
+    """One run: the hooks run_soak calls, and what they share."""
+
+    def __init__(self, spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: LongSoakPlan):
+        self._plan = plan
+        self._broker_work = work / "broker"
+        self.delta = DeltaLane(spark, kafka, work / "delta", plan.settings())
+        self.batches = BatchTimes({"broker": self._broker_work / "checkpoint", "delta": self.delta.checkpoint})
+        self.sampler = _Sampler(plan, self._broker_work, self.delta, self.batches)
+        self._started = time.monotonic()
+        self.ctx: SoakContext | None = None
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    def start(self) -> None:
+        self.delta.start()
+        self._started = time.monotonic()
+
+    def tick(self, ctx: SoakContext) -> None:
+        self.ctx = ctx
+        self.delta.keep_running()
+        if self.sampler.due(self.elapsed_s):
+            self.sampler.sample(ctx, self.elapsed_s)
+        if self.elapsed_s >= self._plan.seconds:
+            self.delta.stop_producing()
+
+    def kill_broker_runner(self, ctx: SoakContext) -> int:
+        """SIGKILL the broker lane's runner only; 0 (the fault did not happen) while none is known."""
+        pid = lane_runner(self._broker_work / "state", ctx.group)
+        doomed = [p for p in source_workers() if p.pid == pid]
+        for process in doomed:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGKILL)
+        return len(doomed)
+
+    def broker_lane(self, spark: SparkSession, kafka: KafkaUnderTest) -> SoakReport:
+        return run_soak(spark, kafka, self._broker_work, self._plan.settings(),
+                        SoakHooks(tick=self.tick, kill_driver_workers=self.kill_broker_runner))
+
+
+def _outcome(report: SoakReport, faults: int, extra_duplicates: int = 0,
+             extra_failures: tuple[str, ...] = ()) -> LaneOutcome:
+    return LaneOutcome(report.produced, report.in_sink, report.accepted_by_independent, report.lost,
+                       report.duplicated + extra_duplicates, report.unexpected_failures + extra_failures,
+                       report.query_starts, faults, report.unanswered_at_independent)
+
+
+def run_long_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: LongSoakPlan) -> LongSoakResult:
+    """Both lanes for ``plan.minutes``, a sample per interval, then their drains and accounts."""
+    soak = _LongSoak(spark, kafka, work, plan)
+    spark.streams.addListener(soak.batches)
+    try:
+        soak.start()
+        broker = soak.broker_lane(spark, kafka)
+        if soak.sampler.pending and soak.ctx is not None:  # run_soak's drain ended before the last interval did
+            soak.sampler.sample(soak.ctx, soak.elapsed_s)
+        soak.delta.drain(plan.drain_timeout_s)
+    finally:
+        soak.delta.stop()
+        spark.streams.removeListener(soak.batches)
+    delta = soak.delta.report()
+    worker = soak.delta.worker
+    # the Delta group gives a record to one member: one in the sink and with the worker too is a duplicate
+    cluster_faults = sum(broker.faults[fault.name] for fault in FAULTS if fault.needs_cluster)  # they hit both
+    delta_outcome = _outcome(delta, cluster_faults, soak.delta.worker_tally.duplicated + delta.in_both,
+                             tuple(f"worker {end}" for end in worker.exits))
+    broker_outcome = _outcome(broker, sum(broker.faults.values()))
+    return LongSoakResult(soak.sampler.intervals, {"broker": broker, "delta": delta},
+                          {"broker": broker_outcome, "delta": delta_outcome}, worker.starts, soak.elapsed_s)

@@ -1,0 +1,288 @@
+"""Whether the long soak stayed flat: memory, batch time and state against tolerances, and every record once.
+
+Flat means, as the issue puts it: no growth of memory or batch time from the second interval to
+the last beyond noise (the first pays for start-up: JIT, caches, the first maintenance rounds),
+state bounded by maintenance, nothing lost, nothing duplicated, and no failure that no fault
+caused. Every tolerance below is a named constant with the reason for its size; a figure is
+judged only where it means something (a process replaced between the two intervals says nothing
+of growth, and is reported as not judged, as is a table too young to have reached its bound).
+
+State is compared with the largest value of the first half of the intervals, not with the interval
+before the last: a table bounded by maintenance reaches its plateau within minutes (the driver
+maintains every 50 epochs, the Delta group every 200 commits) and then saws up and down between
+rounds, which the largest of several samples covers; a table that grows steadily passes any
+margin against the interval before the last (n against n-1), but not against the first half.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
+from soak.long.intervals import LANES, MB, ROLES, Interval, ProcessFigures, TableFigures
+from state_store import StateStore
+from state_store.delta_table import ORPHAN_RETENTION_HOURS
+
+__all__ = ["BATCH_P50", "BATCH_P99", "DEAD_BYTES", "FDS", "LEDGER_KEEP_EPOCHS", "MEMORY", "MIN_BATCHES",
+           "ORPHAN_RETENTION", "RETAINED_BY_EPOCH", "STATE_BYTES", "STATE_BYTES_PER_ROW", "STATE_FILES",
+           "STATE_ROWS", "THREADS", "Check", "LaneOutcome", "Tolerance", "Verdict", "judge"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Growth allowed over a baseline: ``ratio`` of it or ``floor`` (in the figure's unit), whichever is larger."""
+
+    ratio: float
+    floor: float
+
+    def limit(self, baseline: float) -> float:
+        return baseline + max(baseline * self.ratio, self.floor)
+
+
+#: Memory, by the figure judged (MB), second interval against the last.
+MEMORY: dict[str, Tolerance] = {
+    # follows the committed heap, which G1 grows and shrinks by regions, and the code cache, which fills as the JIT
+    # compiles more of Spark in the first hour
+    "driver JVM RSS": Tolerance(0.15, 64),
+    # live objects after a full collection, in flight included: two lanes' batches, their plans and task results,
+    # and the JVM objects py4j holds for Python; 45 MB apart between samples 3 minutes apart, up and down again
+    # (12-minute runs, 2026-11-28: 102, 118, 101, 145 MB; 100, 155, 98 MB)
+    "driver JVM heap live": Tolerance(0.25, 48),
+    # loaded classes; codegen of the same plans loads no new ones
+    "driver JVM metaspace": Tolerance(0.10, 8),
+    # pymalloc and Arrow's pool keep freed memory for reuse; the soak's own bookkeeping adds a byte a record
+    "driver Python RSS": Tolerance(0.15, 48),
+    # traced bytes outside the soak's modules: py4j's objects, pyspark's, a batch's DataFrame in the sink call
+    "driver Python heap": Tolerance(0.10, 8),
+    # Python processes holding Delta snapshots, Arrow buffers and librdkafka's queues, which swing with a batch
+    ROLES["runner_broker"]: Tolerance(0.20, 48),
+    ROLES["runner_delta"]: Tolerance(0.20, 48),
+    ROLES["task_workers"]: Tolerance(0.20, 64),
+    ROLES["worker"]: Tolerance(0.20, 48),
+}
+#: Threads per process, second interval against the last: librdkafka runs about ten per client (one per broker and
+#: bootstrap address), and clients come and go (an independent member, the worker's pooled readers, connections
+#: after a broker's restart), as do py4j's callback threads and Spark's cached pools; seen 61-96 in the driver
+#: Python and 62-129 in the worker, up and down (2026-11-28). A leak of one per batch or per restart is far beyond.
+THREADS = Tolerance(0.25, 40)
+#: Open descriptors per process: sockets to three brokers come and go with kills and restarts. (The driver JVM's grew
+#: by about three a query start in 12-minute runs, 2026-11-28: each start left a PythonWorkerFactory behind, with its
+#: idle-worker monitor thread, a listening socket and a selector; the broker lane restarts its query every ~25 s.)
+FDS = Tolerance(0.10, 32)
+#: Batch time p50 (ms): the median moves with what else two cores run at the moment (three brokers, two lanes).
+BATCH_P50 = Tolerance(0.25, 100)
+#: Batch time p99 (ms): of a few hundred batches, the few slowest, which are the ones a fault held up (a partition's
+#: leader killed under the batch, a 1 s pause in the sink): a recovery's time, which swings with where the faults
+#: fell (12-minute runs, 2026-11-28: 3.1-13.8 s on the broker lane, 5.0-35.6 s on the delta lane, up and down). A
+#: batch that slows for good shows in p50 first.
+BATCH_P99 = Tolerance(1.0, 10_000)
+#: An interval with fewer batches than this gives no percentile worth comparing.
+MIN_BATCHES = 20
+#: State, per table, against the largest of the first half. Files: what a table gains between two maintenance rounds,
+#: which a sample may catch at any point: the driver's every MAINTAIN_EVERY_EPOCHS epochs, the ledger gaining up to
+#: three files an epoch (its entry, EMITTED, the settled status) and the progress table some more; the Delta group's
+#: tables every 200 of a member's commits. A table whose maintenance never compacts gains thousands an hour.
+STATE_FILES = Tolerance(0.25, 4 * MAINTAIN_EVERY_EPOCHS)
+#: Rows: tables that append a row per change (a member's heartbeat, a run's counters) and fold them at maintenance gain
+#: about a row per file between two rounds; bytes: such files are a few KB each (the Delta group's members table went
+#: from 29 KB to 300 KB between two samples, 116 files, 2026-11-28).
+STATE_ROWS = Tolerance(0.25, 4 * MAINTAIN_EVERY_EPOCHS)
+STATE_BYTES = Tolerance(0.25, 1024 * 1024)
+#: The ledger keeps a query's newest epochs (StateStore.maintain's default, as the driver calls it), and the
+#: decisions table those epochs' decisions: until that many epochs ran, their rows and bytes grow by design. Their
+#: size per row is judged instead (an epoch's row must not grow fatter), and the ledger's rows against that bound.
+LEDGER_KEEP_EPOCHS: int = inspect.signature(StateStore.maintain).parameters["ledger_keep_epochs"].default
+RETAINED_BY_EPOCH = ("ledger", "decisions")
+#: Bytes per row: each data file adds its footer and schema (about a kilobyte), spread over few rows while a table
+#: is young and has many small files, so the first intervals' figure is high and moves with the file count.
+STATE_BYTES_PER_ROW = Tolerance(0.25, 512)
+#: Bytes on disk beyond the live snapshot (files replaced by compaction, files of lost commit races, the log):
+#: vacuum deletes unreferenced files only after ORPHAN_RETENTION_HOURS, so they pile up for that long before they
+#: level off; judged on the intervals after it only.
+DEAD_BYTES = Tolerance(0.25, 1024 * 1024)
+ORPHAN_RETENTION = timedelta(hours=ORPHAN_RETENTION_HOURS)
+
+
+@dataclass(frozen=True)
+class LaneOutcome:
+    """A lane's end, after its drain (soak.run.account's report, and the delta lane's worker)."""
+
+    produced: int
+    in_sink: int
+    elsewhere: int
+    lost: int
+    duplicated: int
+    #: query failures no fault caused, and the worker's ends the soak did not ask for
+    failures: tuple[str, ...] = ()
+    query_starts: int = 0
+    faults: int = 0
+    #: records another member ACCEPTed without an answer that never came back: applied, so neither lost nor taken
+    unanswered: int = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judgement: ``ok`` None when the figure could not be judged (``detail`` says why)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok is not False for check in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [check for check in self.checks if check.ok is False]
+
+    def text(self) -> str:
+        """The failed checks and the ones not judged, each on a line, then the count of those that passed."""
+        shown = [c for c in self.checks if c.ok is not True]
+        lines = [f"- {'FAILED' if c.ok is False else 'not judged'}: {c.name}: {c.detail}" for c in shown]
+        passed = sum(c.ok is True for c in self.checks)
+        lines.append(f"- {passed} of {len(self.checks)} checks passed")
+        verdict = "flat: nothing grew beyond its tolerance, nothing lost or duplicated, no failure no fault caused"
+        return "\n".join([f"verdict: {verdict if self.ok else 'FAILED'}", *lines])
+
+
+def _grew(name: str, baseline: float | None, last: float | None, tolerance: Tolerance, unit: str) -> Check:
+    if baseline is None or last is None:
+        return Check(name, None, "not measured in both intervals")
+    limit = tolerance.limit(baseline)
+    return Check(name, last <= limit, f"{baseline:,.1f} -> {last:,.1f} {unit} (limit {limit:,.1f})")
+
+
+# -- memory and processes -------------------------------------------------------------------------
+def _same_processes(second: ProcessFigures, last: ProcessFigures) -> bool:
+    return bool(second.pids) and second.pids == last.pids
+
+
+def _memory(second: Interval, last: Interval) -> list[Check]:
+    jvm, python = (second.process("driver_jvm"), last.process("driver_jvm")), (
+        second.process("driver_python"), last.process("driver_python"))
+    checks = [_grew("driver JVM RSS", jvm[0].rss_mb, jvm[1].rss_mb, MEMORY["driver JVM RSS"], "MB"),
+              _grew("driver JVM heap live", second.jvm_heap_live_mb, last.jvm_heap_live_mb,
+                    MEMORY["driver JVM heap live"], "MB"),
+              _grew("driver JVM metaspace", second.jvm_metaspace_mb, last.jvm_metaspace_mb,
+                    MEMORY["driver JVM metaspace"], "MB"),
+              _grew("driver Python RSS", python[0].rss_mb, python[1].rss_mb, MEMORY["driver Python RSS"], "MB"),
+              _grew("driver Python heap", second.python_heap_mb, last.python_heap_mb, MEMORY["driver Python heap"],
+                    "MB")]
+    for role in ("runner_broker", "runner_delta", "task_workers", "worker"):
+        before, after = second.process(role), last.process(role)
+        name = f"{ROLES[role]} RSS"
+        if not _same_processes(before, after):
+            checks.append(Check(name, None, f"not the same processes in both intervals ({list(before.pids)} -> "
+                                            f"{list(after.pids)}): restarted in between"))
+            continue
+        checks.append(_grew(name, before.rss_mb, after.rss_mb, MEMORY[ROLES[role]], "MB"))
+    for role in ("driver_jvm", "driver_python", "worker"):
+        before, after = second.process(role), last.process(role)
+        if not _same_processes(before, after):
+            checks.append(Check(f"{ROLES[role]} threads and descriptors", None, "restarted in between"))
+            continue
+        checks.append(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS, "threads"))
+        checks.append(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"))
+    return checks
+
+
+# -- batch times --------------------------------------------------------------------------------
+def _batches(second: Interval, last: Interval) -> list[Check]:
+    checks = []
+    for lane in LANES:
+        before, after = second.lane(lane).batches, last.lane(lane).batches
+        if min(before.count, after.count) < MIN_BATCHES:
+            checks.append(Check(f"{lane} lane batch time", None,
+                                f"{before.count} and {after.count} batches: fewer than {MIN_BATCHES}"))
+            continue
+        checks.append(_grew(f"{lane} lane batch time p50", before.p50_ms, after.p50_ms, BATCH_P50, "ms"))
+        checks.append(_grew(f"{lane} lane batch time p99", before.p99_ms, after.p99_ms, BATCH_P99, "ms"))
+    return checks
+
+
+# -- state --------------------------------------------------------------------------------------
+def _bounded(name: str, earlier: list[TableFigures], last: TableFigures, figure: Callable[[TableFigures], float],
+             tolerance: Tolerance, unit: str) -> Check:
+    peak = max(figure(t) for t in earlier)
+    limit = tolerance.limit(peak)
+    value = figure(last)
+    return Check(name, value <= limit, f"largest of the first half {peak:,.0f}, last {value:,.0f} {unit} "
+                                       f"(limit {limit:,.0f})")
+
+
+def _per_row(table: TableFigures) -> float:
+    return table.bytes / table.rows if table.rows else 0.0
+
+
+def _state(intervals: list[Interval]) -> list[Check]:
+    last = intervals[-1]
+    first_half = intervals[:math.ceil(len(intervals) / 2)]
+    after_orphans = [i for i in intervals if i.end_s >= ORPHAN_RETENTION.total_seconds()]
+    checks = []
+    for label, table in sorted(last.tables.items()):
+        if table.error is not None:
+            checks.append(Check(f"{label} state", None, f"could not be read: {table.error}"))
+            continue
+        earlier = [i.tables[label] for i in first_half if label in i.tables and i.tables[label].error is None]
+        if not earlier:
+            checks.append(Check(f"{label} state", None, "made after the first half of the run"))
+            continue
+        checks.append(_bounded(f"{label} files", earlier, table, lambda t: t.files, STATE_FILES, "files"))
+        if label.rpartition("/")[2] in RETAINED_BY_EPOCH:
+            checks.append(_bounded(f"{label} bytes per row", earlier, table, _per_row, STATE_BYTES_PER_ROW, "B"))
+            if label.endswith("/ledger"):
+                limit = LEDGER_KEEP_EPOCHS * (1 + STATE_ROWS.ratio)
+                checks.append(Check(f"{label} rows", table.rows <= limit,
+                                    f"{table.rows:,} rows; the ledger keeps {LEDGER_KEEP_EPOCHS:,} epochs "
+                                    f"(limit {limit:,.0f})"))
+        else:
+            checks.append(_bounded(f"{label} rows", earlier, table, lambda t: t.rows, STATE_ROWS, "rows"))
+            checks.append(_bounded(f"{label} bytes", earlier, table, lambda t: t.bytes, STATE_BYTES, "B"))
+        dead = [i.tables[label] for i in after_orphans[:math.ceil(len(after_orphans) / 2)] if label in i.tables]
+        if len(after_orphans) < 3 or not dead:
+            checks.append(Check(f"{label} bytes on disk beyond the snapshot", None,
+                                f"needs 3 intervals after vacuum's {ORPHAN_RETENTION_HOURS} h orphan retention; "
+                                f"now {(table.disk_bytes - table.bytes) / MB:,.1f} MB"))
+            continue
+        checks.append(_bounded(f"{label} bytes on disk beyond the snapshot", dead, table,
+                               lambda t: t.disk_bytes - t.bytes, DEAD_BYTES, "B"))
+    return checks
+
+
+# -- records ------------------------------------------------------------------------------------
+def _records(outcomes: dict[str, LaneOutcome]) -> list[Check]:
+    checks = []
+    for lane in LANES:
+        outcome = outcomes.get(lane)
+        if outcome is None:
+            checks.append(Check(f"{lane} lane", False, "no outcome: the lane did not finish"))
+            continue
+        checks += [
+            Check(f"{lane} lane ran", outcome.produced > 0 and outcome.in_sink > 0,
+                  f"{outcome.produced:,} produced, {outcome.in_sink:,} in the sink, {outcome.elsewhere:,} elsewhere"),
+            Check(f"{lane} lane lost", outcome.lost == 0, f"{outcome.lost:,} records"),
+            Check(f"{lane} lane duplicated", outcome.duplicated == 0, f"{outcome.duplicated:,} records"),
+            Check(f"{lane} lane failures no fault caused", not outcome.failures,
+                  "; ".join(outcome.failures) if outcome.failures else "none"),
+        ]
+    return checks
+
+
+def judge(intervals: list[Interval], outcomes: dict[str, LaneOutcome]) -> Verdict:
+    """Every check on the run's intervals and the lanes' outcomes."""
+    checks: list[Check] = []
+    if len(intervals) < 3:
+        checks.append(Check("growth", None, f"{len(intervals)} intervals: needs 3 (start-up, a second, a last)"))
+    else:
+        checks += _memory(intervals[1], intervals[-1]) + _batches(intervals[1], intervals[-1]) + _state(intervals)
+    return Verdict(tuple(checks + _records(outcomes)))

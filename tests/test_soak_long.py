@@ -1,0 +1,248 @@
+"""The long soak's pure parts: its bookkeeping of record numbers, the interval table and the verdict.
+
+No Spark and no Kafka: intervals are made by hand, as ``python -m soak.long`` samples them, and the
+verdict must call flat what is flat and name what grew. ``python -m soak.long`` itself runs for hours
+(``make soak-long``); the short soak in tests/test_soak.py is what ``make test`` runs of it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from soak.long.__main__ import JSON_NAME, PNG_NAME, publish
+from soak.long.intervals import (
+    BatchFigures,
+    Interval,
+    LaneFigures,
+    ProcessFigures,
+    RecordFigures,
+    TableFigures,
+    markdown,
+)
+from soak.long.run import LongSoakPlan
+from soak.long.tally import SinkTally, WorkerTally, last_commit, record_figures
+from soak.long.verdict import (
+    BATCH_P99,
+    LEDGER_KEEP_EPOCHS,
+    MEMORY,
+    MIN_BATCHES,
+    ORPHAN_RETENTION,
+    LaneOutcome,
+    Verdict,
+    judge,
+)
+from soak.numbers import NumberSet
+from soak.sink import BatchSink
+
+OK = {lane: LaneOutcome(produced=1000, in_sink=990, elsewhere=10, lost=0, duplicated=0) for lane in ("broker", "delta")}
+
+
+def interval(index: int, *, minutes_per: float = 10, jvm_rss: float = 800, python_heap: float = 60,
+             p99: float = 1500, ledger_rows: int = 500, ledger_bytes: int = 50_000, progress_rows: int = 20,
+             runner_pid: int = 42, files: int = 12, dead_bytes: int = 2_000_000) -> Interval:
+    """A sample of a healthy run, with the figures the tests vary as keywords."""
+    processes = {"driver_jvm": ProcessFigures((10,), jvm_rss, 90, 300),
+                 "driver_python": ProcessFigures((11,), 400, 40, 60),
+                 "runner_broker": ProcessFigures((40 + index,), 250, 20, 30),  # killed by faults: a new one each time
+                 "runner_delta": ProcessFigures((runner_pid,), 260, 20, 30),
+                 "task_workers": ProcessFigures((50, 51), 180, 4, 12),
+                 "worker": ProcessFigures((60,), 150, 12, 20)}
+    batches = BatchFigures(count=400, p50_ms=600, p99_ms=p99, max_ms=p99 + 200)
+    records = RecordFigures(produced=index * 60_000, in_sink=index * 60_000 - 300, elsewhere=250, pending=50)
+    tables = {
+        "broker/state/ledger": TableFigures(index * 100, files, ledger_bytes, ledger_rows, ledger_bytes + dead_bytes),
+        "broker/state/progress": TableFigures(index * 100, 3, 9_000, progress_rows, 9_000 + dead_bytes),
+        "delta/group/share_state": TableFigures(index * 300, 4, 20_000, 8, 20_000 + dead_bytes),
+    }
+    return Interval(index, index * minutes_per * 60, minutes_per * 60, processes, 300, 120, python_heap, 250_000,
+                    {lane: LaneFigures(batches, records, 3) for lane in ("broker", "delta")}, tables)
+
+
+def flat_run(count: int = 6, **last: float) -> list[Interval]:
+    """``count`` flat intervals, the last one with ``last``'s figures."""
+    return [interval(i) for i in range(1, count)] + [interval(count, **last)]  # type: ignore[arg-type]
+
+
+def failed_names(verdict: Verdict) -> set[str]:
+    return {check.name for check in verdict.failed}
+
+
+# -- record numbers -------------------------------------------------------------------------------
+def test_a_number_set_counts_what_is_missing_from_other_places():
+    produced = NumberSet.of(range(10))
+    sink, elsewhere = NumberSet.of([0, 1, 2, 5]), NumberSet.of([3, 9])
+    assert len(produced) == 10 and 9 in produced and 10 not in produced
+    assert produced.count_missing(sink, elsewhere) == 4  # 4, 6, 7, 8
+    assert produced.count_missing(sink, elsewhere, below=5) == 1  # 4
+    assert sink.count_common(NumberSet.of([2, 5, 7])) == 2
+    assert sink.add(2) is True and sink.add(7) is False and len(sink) == 5
+    assert sorted(sink) == [0, 1, 2, 5, 7] and sink.copy().to_set() == {0, 1, 2, 5, 7}
+
+
+def _write_batch(sink: Path, batch: int, numbers: list[int]) -> None:
+    """A batch's folder as BatchSink writes it (only the column the tally reads)."""
+    (sink / f"batch={batch}").mkdir(parents=True)
+    pq.write_table(pa.table({"value": [str(n).encode() for n in numbers]}), sink / f"batch={batch}" / "part-0.parquet")
+
+
+def test_a_sink_tally_reads_each_committed_batch_once(tmp_path):
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    tally = SinkTally(BatchSink(sink), checkpoint)
+    tally.update()  # nothing committed yet
+    _write_batch(sink, 0, [0, 1, 2])
+    _write_batch(sink, 1, [3, 2])  # 2 a second time
+    _write_batch(sink, 2, [4])  # not committed: it may run again
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "1").write_text("v1")  # Spark purged commit 0's file: batch 0 is committed too
+    tally.update()
+    tally.update()
+    assert sorted(tally.numbers) == [0, 1, 2, 3] and tally.duplicated == 1 and tally.batches_read == 2
+
+
+def test_record_figures_count_overdue_records_and_duplicates_of_an_exclusive_group(tmp_path):
+    tally = SinkTally(BatchSink(tmp_path / "sink"), tmp_path / "checkpoint")
+    tally.numbers, tally.duplicated = NumberSet.of([0, 1, 2, 3, 7]), 1
+    worker = NumberSet.of([4, 7])
+    figures = record_figures(NumberSet.of(range(10)), 6, tally, worker, NumberSet.of([5]), elsewhere_duplicated=2,
+                             exclusive=True)
+    # 6, 8 and 9 are in flight; nothing sent before the previous sample (6) is missing: 5 is a member's unanswered
+    # ACCEPT; 7 is in the sink and with the worker, which a Delta group must not allow
+    assert figures == RecordFigures(produced=10, in_sink=5, elsewhere=2, in_both=1, pending=3, overdue=0,
+                                    duplicated=1 + 2 + 1)
+    shared = record_figures(NumberSet.of(range(10)), 10, tally, worker, NumberSet())
+    assert shared.overdue == 4 and shared.duplicated == 1  # 5, 6, 8, 9; the broker's group gives at least once
+
+
+def test_a_worker_tally_reads_complete_lines_once(tmp_path):
+    out = tmp_path / "worker.txt"
+    tally = WorkerTally(out)
+    tally.update()  # no file yet
+    out.write_text("3\n4\n5")  # 5 is still being written
+    tally.update()
+    assert sorted(tally.numbers) == [3, 4]
+    with out.open("a") as file:
+        file.write("\n4\n?6\n?7\n")  # a commit that raised: 6 and 7 may or may not be taken
+    tally.update()
+    assert sorted(tally.numbers) == [3, 4, 5] and tally.duplicated == 1 and sorted(tally.unknown) == [6, 7]
+
+
+def test_every_batch_up_to_the_newest_commit_counts_as_committed(tmp_path):
+    commits = tmp_path / "commits"
+    assert last_commit(tmp_path) == -1
+    commits.mkdir()
+    for name in ("97", "98", "99", ".99.tmp"):  # Spark keeps only its newest commit files
+        (commits / name).write_text("v1")
+    assert last_commit(tmp_path) == 99
+
+
+# -- the plan and the table --------------------------------------------------------------------------
+def test_the_plan_ends_an_interval_every_interval_and_at_the_end():
+    assert LongSoakPlan(minutes=120, interval_minutes=10).boundaries() == [600.0 * k for k in range(1, 13)]
+    assert LongSoakPlan(minutes=12, interval_minutes=5).boundaries() == [300.0, 600.0, 720.0]
+
+
+def test_intervals_go_to_json_and_back_and_make_three_markdown_tables():
+    run = flat_run(3)
+    again = [Interval.from_dict(json.loads(json.dumps(i.to_dict()))) for i in run]
+    assert again == run
+    text = markdown(run)
+    tables = [block for block in text.split("\n\n") if block.startswith("|")]
+    assert len(tables) == 3
+    for table in tables:
+        lines = table.splitlines()
+        assert len(lines) == 2 + len(run) and len({line.count("|") for line in lines}) == 1, table
+    assert "| 30 | 800 | 300 / 120 |" in text and "(500)" in text  # the last JVM row; the broker ledger's rows
+
+
+# -- the verdict ---------------------------------------------------------------------------------------
+def test_a_flat_run_passes():
+    verdict = judge(flat_run(), OK)
+    assert verdict.ok, verdict.text()
+    assert {"driver JVM RSS", "broker lane batch time p99", "broker/state/ledger bytes per row",
+            "delta/group/share_state rows", "delta lane lost"} <= {c.name for c in verdict.checks if c.ok}
+
+
+def test_memory_growth_beyond_its_tolerance_fails_and_noise_does_not():
+    noise = MEMORY["driver JVM RSS"].limit(800) - 1
+    assert judge(flat_run(jvm_rss=noise), OK).ok
+    verdict = judge(flat_run(jvm_rss=800 * 1.5, python_heap=60 + 20), OK)
+    assert failed_names(verdict) == {"driver JVM RSS", "driver Python heap"}, verdict.text()
+    assert "FAILED" in verdict.text()
+
+
+def test_a_process_replaced_between_the_intervals_is_not_judged():
+    verdict = judge(flat_run(runner_pid=43), OK)
+    delta = next(c for c in verdict.checks if c.name == "source runner, delta lane RSS")
+    assert delta.ok is None and "[42] -> [43]" in delta.detail
+    broker = next(c for c in verdict.checks if c.name == "source runner, broker lane RSS")
+    assert broker.ok is None  # a new runner after every driver_killed fault
+    assert verdict.ok
+
+
+def test_batch_time_growth_fails_and_too_few_batches_is_not_judged():
+    verdict = judge(flat_run(p99=BATCH_P99.limit(1500) + 1), OK)
+    assert failed_names(verdict) == {"broker lane batch time p99", "delta lane batch time p99"}
+    few = flat_run()
+    few[1] = replace(few[1], lanes={lane: replace(figures, batches=BatchFigures(MIN_BATCHES - 1, 500, 900))
+                                    for lane, figures in few[1].lanes.items()})
+    checks = {c.name: c for c in judge(few, OK).checks}
+    assert checks["broker lane batch time"].ok is None
+
+
+def test_state_that_keeps_growing_fails_even_where_each_step_is_small():
+    # 100 more rows an interval: within any margin of the interval before (1,200 against 1,100), not of the first
+    # half's largest (600)
+    run = [interval(i, progress_rows=100 * i) for i in range(1, 13)]
+    assert failed_names(judge(run, OK)) == {"broker/state/progress rows"}
+    sawtooth = [interval(i, files=150 if i % 2 else 5) for i in range(1, 13)]  # maintenance compacts between samples
+    assert judge(sawtooth, OK).ok
+    uncompacted = [interval(i, files=150 * i) for i in range(1, 13)]
+    assert failed_names(judge(uncompacted, OK)) == {"broker/state/ledger files"}
+
+
+def test_the_ledger_grows_until_its_retention_but_its_rows_must_not_grow_fatter():
+    growing = [interval(i, ledger_rows=500 * i, ledger_bytes=50_000 * i) for i in range(1, 7)]
+    assert judge(growing, OK).ok
+    fatter = [interval(i, ledger_rows=500 * i, ledger_bytes=50_000 * i * (10 if i == 6 else 1)) for i in range(1, 7)]
+    assert failed_names(judge(fatter, OK)) == {"broker/state/ledger bytes per row"}
+    beyond = flat_run(ledger_rows=2 * LEDGER_KEEP_EPOCHS, ledger_bytes=100 * 2 * LEDGER_KEEP_EPOCHS)
+    assert "broker/state/ledger rows" in failed_names(judge(beyond, OK))
+
+
+def test_bytes_on_disk_are_judged_only_after_the_orphan_retention():
+    short = {c.name: c for c in judge(flat_run(dead_bytes=50_000_000), OK).checks}
+    assert short["broker/state/ledger bytes on disk beyond the snapshot"].ok is None
+    minutes = ORPHAN_RETENTION.total_seconds() / 60 / 2  # five intervals end after the retention
+    long = [interval(i, minutes_per=minutes) for i in range(1, 6)] + [
+        interval(6, minutes_per=minutes, dead_bytes=50_000_000)]
+    assert "broker/state/ledger bytes on disk beyond the snapshot" in failed_names(judge(long, OK))
+
+
+def test_a_lost_or_duplicated_record_or_an_unexplained_failure_fails():
+    outcomes = {"broker": replace(OK["broker"], lost=2),
+                "delta": replace(OK["delta"], duplicated=1, failures=("worker exit 1: KafkaException",))}
+    assert failed_names(judge(flat_run(), outcomes)) == {
+        "broker lane lost", "delta lane duplicated", "delta lane failures no fault caused"}
+    assert failed_names(judge(flat_run(), {"broker": OK["broker"]})) == {"delta lane"}
+
+
+def test_too_few_intervals_are_not_judged_for_growth_but_records_still_are():
+    verdict = judge(flat_run(2), OK)
+    assert [c.ok for c in verdict.checks if c.name == "growth"] == [None] and verdict.ok
+    assert not judge(flat_run(2), {**OK, "broker": replace(OK["broker"], lost=1)}).ok
+
+
+def test_a_published_run_can_be_judged_again(tmp_path: Path, capsys):
+    figures = {"run": {"date": "2026-11-28T1130Z", "kafka": "cluster", "minutes": 60, "interval_minutes": 10,
+                       "seed": 932, "records_per_s": 100}, "machine": {"cpus": 2, "memory_gb": 24},
+               "intervals": [i.to_dict() for i in flat_run()],
+               "outcomes": {lane: {**vars(outcome), "failures": []} for lane, outcome in OK.items()}}
+    assert publish(json.loads(json.dumps(figures)), tmp_path)
+    written = json.loads((tmp_path / JSON_NAME).read_text())
+    assert written["verdict"]["ok"] and (tmp_path / PNG_NAME).stat().st_size > 10_000
+    assert "verdict: flat" in capsys.readouterr().out

@@ -52,6 +52,14 @@ class SoakQuery:
         self._note_end()
         self.start()
 
+    def status(self) -> str:
+        """Spark's word on the running query (what its trigger is doing) and its last batch, for a stall's report."""
+        if self._query is None:
+            return "not started"
+        progress = self._query.lastProgress
+        last = f", last batch {progress['batchId']} ({progress['numInputRows']} rows)" if progress else ""
+        return f"{'active' if self._query.isActive else 'ended'}: {self._query.status['message']}{last}"
+
     def restart(self) -> None:
         """Stop (as a user would, possibly mid-batch) and start again from the checkpoint."""
         self.stop()

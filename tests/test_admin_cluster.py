@@ -78,15 +78,20 @@ def _spread_coordinators(cluster: KafkaCluster) -> dict[int, int]:
     partitions' preferred replicas are three brokers, but a node killed by an earlier test hands its
     leaderships over and gets them back only at the next automatic rebalance (minutes)."""
     partitions = [TopicPartition(OFFSETS_TOPIC, p) for p in range(OFFSETS_PARTITIONS)]
-    cluster.admin.elect_leaders(ElectionType.PREFERRED, partitions).result(30)  # per partition: done or not needed
     leaders: dict[int, int] = {}
+    elections: list[object] = []
 
     def spread() -> bool:
         leaders.update({p: cluster.leader_of(OFFSETS_TOPIC, p) for p in range(OFFSETS_PARTITIONS)})
-        return len(set(leaders.values())) == min(OFFSETS_PARTITIONS, len(cluster.nodes))
+        if len(set(leaders.values())) == min(OFFSETS_PARTITIONS, len(cluster.nodes)):
+            return True
+        # asked again until it takes: a preferred replica that a restart just brought back is not in the
+        # ISR yet, and the election refuses it (PREFERRED_LEADER_NOT_AVAILABLE) until it caught up
+        elections[:] = [cluster.admin.elect_leaders(ElectionType.PREFERRED, partitions).result(30)]
+        return False
 
-    wait_for(spread, 30, "a different leader for each __consumer_offsets partition", interval_s=0.2,
-             state=lambda: leaders)
+    wait_for(spread, 60, "a different leader for each __consumer_offsets partition", interval_s=1,
+             state=lambda: f"leaders {leaders}, last election {elections}")
     return dict(leaders)
 
 

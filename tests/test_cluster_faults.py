@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from sharegroup_source.admin import describe_groups
 from sharegroup_source.testing.kafka_cluster import KafkaCluster
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from soak.faults import applicable
@@ -91,8 +92,21 @@ class FaultRun:
             self.query.ensure_running()
             return condition()
 
-        wait_for(check, timeout_s, what, interval_s=0.1,
-                 state=lambda: f"last commit {self.last_commit()}, failures {self.query.unexpected_failures}")
+        wait_for(check, timeout_s, what, interval_s=0.1, state=self.picture)
+
+    def picture(self) -> str:
+        """What a stalled run looks like: Spark's commits and the query's status, and where each share-partition
+        of the group stands (a record acquired and never emitted shows as held; one never acquired as lag)."""
+        try:
+            described = describe_groups([str(self.root / ("group" if self.coordinator == "delta" else "state"))],
+                                        bootstrap_servers=self.kafka.bootstrap_servers)
+            group = "; ".join(f"{p.topic}[{p.partition}] spso {p.spso} end {p.log_end_offset} acquired {p.acquired} "
+                              f"available {p.available}" for d in described for p in d.partitions) or \
+                "; ".join(f"{d.state} {d.error or ''}" for d in described)
+        except Exception as error:  # the picture must not hide the timeout it explains
+            group = f"not described: {error!r}"
+        return (f"last commit {self.last_commit()}, failures {self.query.unexpected_failures}, "
+                f"query {self.query.status()}, group: {group}")
 
     def mid_batch(self) -> None:
         """Return once a batch is inside the sink (held there MID_BATCH_S): its records are acquired, not settled."""

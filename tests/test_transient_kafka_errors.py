@@ -8,6 +8,7 @@ waited out, and a cluster that stays away fails with one error, not a hang.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 
@@ -53,6 +54,26 @@ def test_a_cluster_that_stays_away_is_one_error_after_the_bound():
                                            r"still failing after 3s \(\d+ attempts\)"):
         bounds.of({"orders": 1})
     print(f"gave up after {time.monotonic() - started:.1f} s")
+
+
+def test_a_list_offsets_answer_that_never_comes_is_a_timeout_asked_again_on_a_new_client(monkeypatch):
+    """librdkafka has lost ListOffsets requests in leader changes (confluentinc/librdkafka#4620): a future that
+    never completes must not stall the acquisition for ever. Each attempt waits past the request timeout, then
+    counts as a timeout on a new client, and the bound ends it with one ClusterError."""
+    import sharegroup_source.kafka.metadata as metadata
+
+    class NeverAnswers:
+        def list_offsets(self, requests, **_: object) -> dict:
+            return {tp: concurrent.futures.Future() for tp in requests}
+
+    clients: list[NeverAnswers] = []
+    monkeypatch.setattr(metadata, "_ANSWER_GRACE_S", 0.1)
+    monkeypatch.setattr(metadata, "AdminClient", lambda config: clients.append(NeverAnswers()) or clients[-1])
+    bounds = LogBounds({"bootstrap.servers": "h:9092"}, timeout_s=0.2, retry_s=1)
+    with pytest.raises(ClusterError, match=r"^cannot read log offsets at bootstrap.servers=h:9092: still failing "
+                                           r"after 1s \(\d+ attempts\): .*ListOffsets for orders\[0\]: no answer"):
+        bounds.of({"orders": 1})
+    assert len(clients) >= 3, "each attempt after a lost answer must be on a new client"
 
 
 @pytest.mark.embedded

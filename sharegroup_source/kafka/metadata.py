@@ -18,6 +18,7 @@ leaders mid-stream). The kept client would not do: it kept its stale leader epoc
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -30,6 +31,8 @@ from sharegroup_source.kafka.errors import Refusals, refusal
 from sharegroup_source.kafka.settings import admin_config
 from sharegroup_source.kafka.transient import TRANSIENT_BOUND_S, is_transient, retry_transient
 
+#: How far past its own request timeout a ListOffsets answer is waited for before it counts as lost.
+_ANSWER_GRACE_S = 5.0
 #: How soon a topic whose leader is being elected is asked about again.
 _ASK_AGAIN_S = 0.5
 #: How long one metadata request may wait before the client's error events are looked at: a refused login
@@ -187,10 +190,21 @@ class LogBounds:
         self._admin = AdminClient(self._admin_config)
 
     def _ask(self, keys: Sequence[Key], spec: OffsetSpec) -> dict[Key, int]:
+        """One ListOffsets per leader. The answer is waited for a little past the request's own timeout, never
+        for ever: a request librdkafka lost track of in a leader change would otherwise stall the acquisition,
+        and with it the query, with no error. Such a wait counts as a timeout, asked again on a new client."""
         isolation = IsolationLevel.READ_COMMITTED if self._committed else IsolationLevel.READ_UNCOMMITTED
         futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in keys}, isolation_level=isolation,
                                            request_timeout=self._timeout_s)
-        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        deadline = time.monotonic() + self._timeout_s + _ANSWER_GRACE_S
+        offsets = {}
+        for tp, future in futures.items():
+            try:
+                offsets[tp.topic, tp.partition] = future.result(max(deadline - time.monotonic(), 0)).offset
+            except concurrent.futures.TimeoutError:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets for {tp.topic}[{tp.partition}]: "
+                                                f"no answer within {self._timeout_s + _ANSWER_GRACE_S:.0f}s")) from None
+        return offsets
 
 
 def log_end_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeout_s: float = 15.0,

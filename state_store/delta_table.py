@@ -12,6 +12,14 @@ makes read-modify-write updates (share-partition state), "first writer wins" (le
 "skip what is already there" (dead letters) and whole-table rewrites (maintenance) safe with
 any number of writers, in one process or many.
 
+Why no post-commit hooks: delta-rs checkpoints a table after every 100th commit and then cleans
+its log up, inside the commit call that landed. Building that checkpoint reads the log since the
+last one, which another process's cleanup may be deleting at that moment: the commit then raises
+FileNotFoundError although it landed, and its writer takes a landed acquisition or settle for a
+failed one (reproduced with one writer and one maintaining process: a dozen errors a minute; none
+with the hooks off). Every commit here turns them off, and maintenance, which runs anyway, is the
+only one to checkpoint and clean up, in its own thread and never inside a commit.
+
 Why a retention per table: internal state needs no past, so its tables vacuum replaced files at
 once and keep one minute of log. Tables users read (dead letters) keep Delta's retention instead,
 so a reader of an older version, a Delta stream among them, keeps working across maintenance.
@@ -40,7 +48,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
@@ -64,6 +72,10 @@ FORMAT_PROPERTY = "sharegroup.formatVersion"
 #: releases cannot read takes a version of its own (``StateTable``'s ``table_format``).
 TABLE_FORMAT = FormatVersion(current=1)
 
+#: Every commit of a state table: no checkpoint, no log cleanup inside the commit (see the module's docstring).
+_NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+#: How often a table is opened afresh when its log changed under the read (another process's cleanup).
+_OPEN_ATTEMPTS = 5
 _LOG_RETENTION = "delta.logRetentionDuration"
 _FILE_RETENTION = "delta.deletedFileRetentionDuration"
 
@@ -318,10 +330,11 @@ class StateTable:
             cas = CommitProperties(max_commit_retries=0)
             try:
                 if write.mode == "append":
-                    write_deltalake(dt, data, mode="append", schema_mode=schema_mode, commit_properties=cas)
+                    write_deltalake(dt, data, mode="append", schema_mode=schema_mode, commit_properties=cas,
+                                    post_commithook_properties=_NO_HOOKS)
                 else:
                     write_deltalake(dt, data, mode="overwrite", predicate=write.predicate, schema_mode=schema_mode,
-                                    commit_properties=cas)
+                                    commit_properties=cas, post_commithook_properties=_NO_HOOKS)
             except CommitFailedError:
                 self.lost_races += 1
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # spread out the racers
@@ -357,22 +370,27 @@ class StateTable:
         try:
             self._keep_retention(dt)  # before anything is cleaned up by a shorter setting
             if len(dt.file_uris()) >= self.retention.compact_at_files:
-                dt.optimize.compact()
+                dt.optimize.compact(post_commithook_properties=_NO_HOOKS)
                 dt.update_incremental()
             if self.retention.minimum:
                 # the table's deletedFileRetentionDuration (at least the floor, above an hour) for replaced
                 # files and unreferenced ones alike; a full vacuum keeps a replaced file its whole retention
-                dt.vacuum(dry_run=False, full=True)
+                dt.vacuum(dry_run=False, full=True, post_commithook_properties=_NO_HOOKS)
             else:
                 hours = _hours(self.retention.removed_files)
-                dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False)
+                dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False,
+                          post_commithook_properties=_NO_HOOKS)
                 dt.vacuum(retention_hours=max(ORPHAN_RETENTION_HOURS, hours), enforce_retention_duration=False,
-                          dry_run=False, full=True)
+                          dry_run=False, full=True, post_commithook_properties=_NO_HOOKS)
             dt.update_incremental()
             dt.create_checkpoint()  # after vacuum: a lite vacuum looks only at commits since the checkpoint
             dt.cleanup_metadata()
         except CommitFailedError:
             return  # a concurrent writer won; the next maintenance run compacts what this one could not
+        except FileNotFoundError as exc:
+            if not _log_entry(exc):
+                raise self._error("cannot maintain", exc) from exc
+            return  # another member's maintenance cleaned the log up under this one's checkpoint: it did the work
         except (DeltaError, OSError) as exc:
             raise self._error("cannot maintain", exc) from exc
 
@@ -381,8 +399,8 @@ class StateTable:
         """Raise the table's retention properties that are below a ``minimum`` retention's floors.
 
         Once per process, before its first write or maintenance: an earlier version created dead
-        letter tables with one minute of log, and delta-rs cleans the log up after its automatic
-        checkpoints too. A lost commit race raises CommitFailedError; the caller tries again.
+        letter tables with one minute of log, and its writers may still clean the log up after
+        delta-rs's automatic checkpoints. A lost commit race raises CommitFailedError; the caller tries again.
         """
         if self._retention_kept:
             return
@@ -393,7 +411,8 @@ class StateTable:
             if have is not None and have < _parse_interval(floor):  # type: ignore[operator]
                 raise_to[key] = floor
         if raise_to:
-            dt.alter.set_table_properties(raise_to, commit_properties=CommitProperties(max_commit_retries=0))
+            dt.alter.set_table_properties(raise_to, commit_properties=CommitProperties(max_commit_retries=0),
+                                          post_commithook_properties=_NO_HOOKS)
             dt.update_incremental()
         self._retention_kept = True
 
@@ -408,7 +427,8 @@ class StateTable:
                     break
                 dt.alter.set_table_properties({FORMAT_PROPERTY: str(self._format.current)},
                                               raise_if_not_exists=False,  # our property: Delta does not know it
-                                              commit_properties=CommitProperties(max_commit_retries=0))
+                                              commit_properties=CommitProperties(max_commit_retries=0),
+                                              post_commithook_properties=_NO_HOOKS)
                 break
             except CommitFailedError:
                 self.lost_races += 1
@@ -436,7 +456,7 @@ class StateTable:
                 self._check_not_deleted()
                 return None
         try:
-            dt = DeltaTable(self.uri, storage_options=self._storage_options)
+            dt = self._load()
         except TableNotFoundError as exc:
             if self._local is None:
                 self._check_not_deleted()
@@ -466,6 +486,18 @@ class StateTable:
         self._dt = dt
         self._existed = True
         return dt
+
+    def _load(self) -> DeltaTable:
+        """The table at its latest version, read afresh. A log entry that vanished under the read is another
+        process's cleanup (a checkpoint newer than the entry came first): read again, from that checkpoint."""
+        attempt = 1
+        while True:
+            try:
+                return DeltaTable(self.uri, storage_options=self._storage_options)
+            except FileNotFoundError as exc:
+                if attempt == _OPEN_ATTEMPTS or not _log_entry(exc):
+                    raise
+                attempt += 1
 
     def _lacks(self, found: Schema) -> tuple[str, ...]:
         """The added columns a table of ``found`` schema lacks, if it is this table's schema without them."""
@@ -577,6 +609,11 @@ class StateTable:
             table = pa.table([table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
                               for f in self.schema], names=self.schema.names)
         return table.cast(self.schema)
+
+
+def _log_entry(exc: BaseException) -> bool:
+    """Whether ``exc`` is about a file of a ``_delta_log`` (a commit or a checkpoint), not a data file."""
+    return "_delta_log/" in str(exc)
 
 
 def _checkpointed_past(log: str, version: int) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,7 +26,7 @@ from state_store import (
     StateStore,
     StateStoreError,
 )
-from state_store.delta_table import StateTable, Write
+from state_store.delta_table import Retention, StateTable, Write
 from state_store.ledger import LEDGER_SCHEMA
 from state_store.maintenance import BackgroundMaintenance
 from state_store.progress import COUNTERS, PROGRESS_SCHEMA
@@ -361,3 +361,42 @@ def test_a_reader_left_behind_past_the_logs_cleanup_sees_the_latest_rows_and_wri
     assert sorted(r["n"] for r in quiet.snapshot().rows()) == [1, 2, 3, 4, 5, 6]
     append(quiet, 7)
     assert sorted(r["n"] for r in busy.snapshot().rows()) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_commits_beside_another_members_maintenance_never_fail_on_its_log_cleanup(tmp_path: Path) -> None:
+    """One member commits while another's maintenance checkpoints and cleans the same table's log up.
+
+    delta-rs checkpoints after every 100th commit inside the commit call, reading the log since the last
+    checkpoint while the other member deletes it: the commit landed, yet raised FileNotFoundError, so its
+    writer took it for failed (the long soak's "cannot write the share_state table ... .json not found").
+    Commits make no checkpoint now; maintenance alone does, so every commit returns, and every row is there.
+    """
+    schema = pa.schema([("n", pa.int64())])
+    retention = Retention.state(log=timedelta(seconds=1))
+    writer, maintainer = (StateTable(str(tmp_path), "share_state", schema, retention=retention) for _ in range(2))
+    commits = 350  # three of delta-rs's every-100th-commit checkpoints
+    done = threading.Event()
+    rounds, failed = 0, []
+
+    def maintain() -> None:
+        nonlocal rounds
+        while not done.is_set():
+            try:
+                maintainer.maintain()
+            except StateStoreError as error:
+                failed.append(str(error))
+            rounds += 1
+
+    writer.commit(lambda s: Write(pa.table({"n": [0]}, schema=schema)))
+    thread = threading.Thread(target=maintain)
+    thread.start()
+    try:
+        for n in range(1, commits):
+            writer.commit(lambda s, n=n: Write(pa.table({"n": [n]}, schema=schema)))
+    finally:
+        done.set()
+        thread.join(60)
+    assert rounds > 0, "no maintenance round ran beside the commits"
+    assert failed == [], "a maintenance round failed on the other's commits"
+    assert sorted(r["n"] for r in StateTable(str(tmp_path), "share_state", schema).snapshot().rows()) == \
+        list(range(commits))

@@ -38,8 +38,10 @@ Key = tuple[str, int]
 NEEDS = "coordinator=delta needs READ on each subscribed TOPIC and no GROUP ACL"
 #: Ranges to settle per share-partition: (first, last, how).
 Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
-#: Maintenance (compaction, vacuum) of the group's tables, in the background, after this many of the member's
-#: commits.
+#: Maintenance (compaction, vacuum, the checkpoint and log cleanup) of the group's tables, in the background, by
+#: the member whose commit lands a ``share_state`` version that is a multiple of this: counted on the table, not
+#: per member, so a group whose members all live shorter than this many commits is kept small too (its commits
+#: make no checkpoint of their own, see state_store/delta_table.py).
 MAINTAIN_EVERY_COMMITS = 200
 
 
@@ -66,7 +68,6 @@ class GroupMember:
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []
         self._holdings = Holdings()
-        self._commits = 0
         self._maintenance = BackgroundMaintenance(
             lambda: group.for_another_thread().maintain(),
             f"group {group.group_id}")
@@ -187,10 +188,8 @@ class GroupMember:
             (result, archived), version = self.group.share_state.update_all(planned, initial or {})
             with self._archived_lock:
                 self._archived += archived
-            if version is not None:
-                self._commits += 1
-                if self._commits % MAINTAIN_EVERY_COMMITS == 0:
-                    self._maintenance.request()
+            if version is not None and version % MAINTAIN_EVERY_COMMITS == 0:
+                self._maintenance.request()
         return result
 
     def _renew_while_alive(self) -> None:

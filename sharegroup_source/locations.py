@@ -39,7 +39,7 @@ __all__ = ["DBFS_MOUNT", "DELTA_SCHEMES", "STORAGE_PREFIX", "check_location", "c
 
 #: Schemes delta-rs (object_store) opens; ``hdfs``/``viewfs`` need its HDFS support at run time.
 #: ``https`` is there for stores addressed by their endpoint (``https://<account>.blob.core.windows.net/...``).
-DELTA_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "hdfs",
+DELTA_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure", "hdfs",
                            "viewfs", "https"})
 #: Where Databricks mounts DBFS on the driver and workers.
 DBFS_MOUNT = Path("/dbfs")
@@ -69,6 +69,10 @@ def resolve_location(option: str, value: str, dbfs_mount: Path = DBFS_MOUNT) -> 
     shown = redact_location(value)
     if scheme == "dbfs":
         return _dbfs(option, shown, rest, dbfs_mount)
+    if scheme == "gcs":  # delta-rs opens it, but not as gs://: refused by name, with the URI to write instead
+        raise OptionError(f"option '{option}': {shown}: write gs{shown[len(scheme):]} for Google Cloud Storage; "
+                          "delta-rs opens gcs:// with another client, which ignores the stateStorage.* credentials "
+                          "and whose commits were not checked to be atomic")
     if scheme not in DELTA_SCHEMES:
         supported = ", ".join(f"{s}://" for s in sorted(DELTA_SCHEMES))
         local = "" if rest.startswith("//") else f" (write ./{shown} for a folder with a colon in its name)"

@@ -97,7 +97,8 @@ def test_dbfs_maps_to_the_fuse_mount_where_it_exists(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("value", "problem"), [("gopher://host/state", "scheme 'gopher:'"),
                                                 ("s3:/bucket/state", "not a complete URI"),
                                                 ("state:v1", "scheme 'state:'"),
-                                                ("s3://", "not a complete URI")])
+                                                ("s3://", "not a complete URI"),
+                                                ("gcs://bucket/state", r"write gs://bucket/state for Google Cloud")])
 def test_other_schemes_are_refused_at_load_naming_the_option(value: str, problem: str) -> None:
     with pytest.raises(OptionError, match=rf"option 'stateLocation': .*{problem}"):
         SourceOptions.parse({**BASE, "stateLocation": value})

@@ -180,10 +180,10 @@ def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spar
         sharegroup_source.acknowledge(frame.filter(frame.value.isin(values)), "REJECT", "bad", options=options)
         return frame.filter(~frame.value.isin(values))
 
-    # run 1: acknowledgements wait for the next trigger (no checkpointLocation option), 30 s away. A first
+    # run 1: acknowledgements wait for the next trigger (no checkpointLocation option), 15 s away. A first
     # batch can be empty (a new member gets its partitions with its second heartbeat, later on a busy machine):
     # then Spark commits it and the next trigger brings the records.
-    query = setup.batch_sink(spark, reject_some, available_now=False, processing_time="30 seconds",
+    query = setup.batch_sink(spark, reject_some, available_now=False, processing_time="15 seconds",
                              lockDurationMs=LOCK_MS)
     try:
         wait_for(lambda: _committed_unacknowledged(setup), 90, "Spark's commit of a batch with records, before its "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
@@ -229,10 +229,13 @@ def applicable(embedded: bool, cluster: bool = False) -> list[Fault]:
     return [f for f in FAULTS if (embedded or not f.needs_embedded) and (cluster or not f.needs_cluster)]
 
 
-def schedule(rng: random.Random, embedded: bool, cluster: bool = False) -> Iterator[Fault]:
-    """Every applicable kind once in a seeded random order, then kinds drawn at random for ever."""
+def schedule(rng: random.Random, embedded: bool, cluster: bool = False,
+             pending: Collection[str] = ()) -> Iterator[Fault]:
+    """Every applicable kind once in a seeded random order, then kinds drawn at random for ever: from those still
+    ``pending`` (the caller's live set of kinds that have not happened yet) while there are any, since a fault
+    that found no batch to hit did not happen and a soak must see every kind."""
     kinds = applicable(embedded, cluster)
     first = rng.sample(kinds, len(kinds))
     yield from first
     while True:
-        yield rng.choice(kinds)
+        yield rng.choice([kind for kind in kinds if kind.name in pending] or kinds)

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from sharegroup_source.kafka.group_configs import GROUP_CONFIG_PREFIX
 from sharegroup_source.testing.kafka_peers import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
-from soak.faults import SoakContext, SoakHooks, applicable, schedule
+from soak.faults import ARM_TIMEOUT_S, SoakContext, SoakHooks, applicable, schedule
 from soak.producer import NumberedProducer
 from soak.query import SoakQuery
 from soak.report import SoakReport
@@ -88,8 +88,8 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
         _keep_running(ctx, 2.0)  # the member joins before any record exists
         producer.start()
         on_cluster = kafka.cluster is not None
-        kinds = schedule(rng, kafka.is_embedded, on_cluster)
         pending = {f.name for f in applicable(kafka.is_embedded, on_cluster)}
+        kinds = schedule(rng, kafka.is_embedded, on_cluster, pending)
         while _injecting(time.monotonic() - started, settings.fault_seconds, pending):
             _keep_running(ctx, rng.uniform(*settings.gap_s))
             fault = next(kinds)
@@ -118,8 +118,11 @@ def run_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: S
 
 
 def _injecting(elapsed: float, fault_seconds: float, pending: set[str]) -> bool:
-    """Inject until the fault phase is over, and beyond it (up to twice as long) until every kind happened."""
-    return elapsed < fault_seconds or (bool(pending) and elapsed < 2 * fault_seconds)
+    """Inject until the fault phase is over, and beyond it until every kind happened: up to twice as long, and at
+    least long enough for two faults that found no batch to hit (each waits ARM_TIMEOUT_S for nothing, which a
+    loaded machine makes likely) to be tried again."""
+    return elapsed < fault_seconds or (
+        bool(pending) and elapsed < max(2 * fault_seconds, fault_seconds + 2 * ARM_TIMEOUT_S))
 
 
 def _keep_running(ctx: SoakContext, seconds: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import threading
 import time
 
 import pytest
@@ -90,3 +91,27 @@ def test_a_member_joining_during_an_election_waits_for_the_topics_metadata(kafka
     with pytest.raises(ClusterError, match=re.escape("cannot reach Kafka at bootstrap.servers=127.0.0.1:1 within 2s")):
         partition_counts({"bootstrap.servers": "127.0.0.1:1"}, [topic], timeout_s=2)
     assert time.monotonic() - started < TRANSIENT_BOUND_S, "no broker answered: that is not an error to wait out"
+
+
+@pytest.mark.embedded
+def test_log_offsets_of_partitions_without_a_leader_wait_for_the_election(kafka):
+    """ListOffsets about partitions none of which has a leader answers "No leaders found" (_NOENT, not retriable):
+    the cluster soak's delta query failed on it while a killed broker's leaderships moved. An election is waited
+    out: the bounds come back once a leader is elected; a topic that is gone still fails at once, naming it."""
+    if not kafka.is_embedded:
+        pytest.skip("needs the embedded broker's fault hook to leave a partition without a leader; the cluster fault "
+                    "tests kill leaders on Apache Kafka")
+    topic = kafka.new_topic(1)
+    kafka.produce_numbered(topic, 3, 1)
+    kafka.embedded.set_leader(topic, 0, -1)
+    elected = threading.Timer(2.0, kafka.embedded.set_leader, (topic, 0, kafka.embedded.broker_ids[0]))
+    elected.start()
+    try:
+        assert LogBounds(kafka.config(), timeout_s=5, retry_s=30).of({topic: 1}) == {(topic, 0): (0, 3)}
+    finally:
+        elected.join()
+    assert not elected.is_alive()
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"topic 'gone' does not exist"):
+        LogBounds(kafka.config(), timeout_s=5, retry_s=30).of({"gone": 1})
+    assert time.monotonic() - started < 15, "a missing topic is not an election to wait out"

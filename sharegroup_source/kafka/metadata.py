@@ -21,7 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType, TopicMetadata
@@ -165,8 +165,13 @@ class LogBounds:
         """(log start, log end) of every partition of ``partitions`` (topic -> partition count)."""
         keys = [(topic, p) for topic, count in partitions.items() for p in range(count)]
         def ask() -> dict[Key, tuple[int, int]]:
-            starts = self._ask(keys, OffsetSpec.earliest())
-            ends = self._ask(keys, OffsetSpec.latest())
+            try:
+                starts = self._ask(keys, OffsetSpec.earliest())
+                ends = self._ask(keys, OffsetSpec.latest())
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._NOENT:
+                    self._no_leaders(exc.args[0], partitions)
+                raise
             return {key: (starts[key], ends[key]) for key in keys}
 
         return retry_transient(ask, "read log offsets", self._servers, self._retry_s, before_retry=self._new_client,
@@ -184,6 +189,15 @@ class LogBounds:
         TOPIC_AUTHORIZATION_FAILED, which would name every topic asked about and grant none."""
         partition_counts(self._config, partitions, needs=self._needs)  # raises what is wrong with them
         return refusal(error, self._config, "DESCRIBE", topics=list(partitions), needs=self._needs)
+
+    def _no_leaders(self, error: KafkaError, partitions: Mapping[str, int]) -> NoReturn:
+        """ListOffsets answers "No leaders found" when none of the partitions it was asked about has a leader it
+        knows: the topics are refused or gone, or their leaders are being elected (a broker killed; the cluster
+        soak met it). The topics' metadata tells which: what is wrong with a topic is raised from there, and topics
+        found whole mean an election, asked again as one (LEADER_NOT_AVAILABLE, transient)."""
+        partition_counts(self._config, partitions, needs=self._needs)  # raises what is wrong with the topics
+        raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, f"ListOffsets: {error.str()} (a leader "
+                                        f"being elected)"))
 
     def _new_client(self) -> None:
         """A fresh admin client, with fresh metadata: the kept one keeps asking the old leader epoch."""

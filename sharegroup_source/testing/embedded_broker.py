@@ -40,6 +40,7 @@ _REQUIRED_SYMBOLS = (
     "rd_kafka_mock_clear_request_errors",
     "rd_kafka_mock_broker_set_down",
     "rd_kafka_mock_broker_set_up",
+    "rd_kafka_mock_partition_set_leader",
     "rd_kafka_mock_sharegroup_set_auto_offset_reset",
     "rd_kafka_mock_sharegroup_set_record_lock_duration",
     "rd_kafka_mock_sharegroup_set_max_delivery_attempts",
@@ -95,6 +96,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.rd_kafka_mock_broker_set_down.argtypes = [p, i32]
     lib.rd_kafka_mock_broker_set_up.restype = i
     lib.rd_kafka_mock_broker_set_up.argtypes = [p, i32]
+    lib.rd_kafka_mock_partition_set_leader.restype = i
+    lib.rd_kafka_mock_partition_set_leader.argtypes = [p, ctypes.c_char_p, i32, i32]
     for name in _REQUIRED_SYMBOLS:
         if name.startswith("rd_kafka_mock_sharegroup_set_"):
             getattr(lib, name).argtypes = [p, i]
@@ -276,6 +279,11 @@ class EmbeddedBroker:
 
     def set_up(self, broker_id: int = -1) -> None:
         self._check(self._lib.rd_kafka_mock_broker_set_up(self._running(), broker_id), broker_id)
+
+    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Make ``broker_id`` the partition's leader; -1 leaves it without one, as during an election."""
+        self._check(self._lib.rd_kafka_mock_partition_set_leader(self._running(), topic.encode(), partition,
+                                                                  broker_id), broker_id)
 
     def _check(self, err: int, broker_id: int) -> None:
         if err:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from sharegroup_source.executor.consumer_pool import consumer_pool
+from sharegroup_source.testing.apache_kafka import PERFORMANCE_OPTS_ENV
 from sharegroup_source.testing.embedded_broker import API_KEYS
 from sharegroup_source.testing.kafka_peers import (
     BOOTSTRAP_ENV,
@@ -25,6 +26,14 @@ from sharegroup_source.testing.kafka_peers import (
 )
 
 PEERS_ENV = "SHAREGROUP_TEST_KAFKA"
+#: The JVMs the suite starts compile with C1 alone, beside the serial collector: Spark in this process and in the
+#: scripts it runs (spark-submit reads SPARK_SUBMIT_OPTS), Apache Kafka's brokers and tools (as their scripts read
+#: KAFKA_JVM_PERFORMANCE_OPTS). They live minutes on two busy cores, where C2's compiler threads cost more than
+#: they give back: tests/test_delta_coordinator.py and test_available_now.py took 138 CPU-seconds instead of 175
+#: (2026-11-28). Set either variable to keep your own.
+LEAN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", LEAN_JVM)
+os.environ.setdefault(PERFORMANCE_OPTS_ENV, LEAN_JVM)
 #: The previous Apache Kafka release (jvm/pom.xml's kafka.previous.version), for the fixture ``previous_kafka``.
 PREVIOUS_KAFKA = "4.3.1"
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import atexit
 import base64
+import os
+import shlex
 import shutil
 import signal
 import socket
@@ -32,8 +34,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from sharegroup_source.testing.jars import java, kafka_classpath
 
-__all__ = ["KAFKA_TOOLS", "TEST_SETTINGS", "ApacheKafka", "BrokerStartError", "KafkaNode", "create_topic",
-           "free_port", "kafka_java", "new_cluster_id", "orphan_guard", "set_group_configs", "wait_ready"]
+__all__ = ["KAFKA_TOOLS", "PERFORMANCE_OPTS_ENV", "TEST_SETTINGS", "ApacheKafka", "BrokerStartError", "KafkaNode",
+           "create_topic", "free_port", "kafka_java", "new_cluster_id", "orphan_guard", "set_group_configs",
+           "wait_ready"]
 
 #: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
 KAFKA_TOOLS = {
@@ -160,14 +163,24 @@ def orphan_guard() -> list[str]:
 
 #: The JVM options of a broker or tool besides its heap: bin/kafka-run-class.sh's collector.
 JVM_OPTIONS = ("-XX:+UseG1GC",)
+#: As in bin/kafka-run-class.sh, this variable replaces those options when set. The test suite sets lighter ones
+#: (tests/conftest.py): its brokers live minutes on two busy cores, where C2's compiler threads cost more than
+#: they give back.
+PERFORMANCE_OPTS_ENV = "KAFKA_JVM_PERFORMANCE_OPTS"
+
+
+def performance_options() -> tuple[str, ...]:
+    """``KAFKA_JVM_PERFORMANCE_OPTS`` split as a shell would, else :data:`JVM_OPTIONS`."""
+    return tuple(shlex.split(os.environ.get(PERFORMANCE_OPTS_ENV, ""))) or JVM_OPTIONS
 
 
 def kafka_java(main_class: str, *args: str, heap: str, log4j: Path | None = None,
-               jvm_options: Sequence[str] = JVM_OPTIONS) -> list[str]:
-    """The command line that runs ``main_class`` from the Kafka jars (what bin/*.sh would run)."""
+               jvm_options: Sequence[str] | None = None) -> list[str]:
+    """The command line that runs ``main_class`` from the Kafka jars (what bin/*.sh would run); ``jvm_options``
+    default to :func:`performance_options`."""
     options = [f"-Dlog4j2.configurationFile={log4j}"] if log4j else []
-    return [java(), f"-Xmx{heap}", *jvm_options, *options, "-cp", kafka_classpath(), main_class,
-            *args]
+    chosen = performance_options() if jvm_options is None else jvm_options
+    return [java(), f"-Xmx{heap}", *chosen, *options, "-cp", kafka_classpath(), main_class, *args]
 
 
 class KafkaNode:
@@ -178,12 +191,12 @@ class KafkaNode:
     to across restarts, so a failure can be read afterwards).
     """
 
-    def __init__(self, directory: Path, node_id: int, *, heap: str, jvm_options: Sequence[str] = JVM_OPTIONS):
+    def __init__(self, directory: Path, node_id: int, *, heap: str, jvm_options: Sequence[str] | None = None):
         self.directory = directory
         self.node_id = node_id
         self.port, self.controller_port = free_port(), free_port()
         self.heap = heap
-        self.jvm_options = tuple(jvm_options)
+        self.jvm_options = None if jvm_options is None else tuple(jvm_options)
         self.process: subprocess.Popen | None = None
         self._log: BinaryIO | None = None
         self.config_path = directory / "server.properties"

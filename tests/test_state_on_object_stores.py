@@ -204,7 +204,10 @@ def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spar
     assert _dead_letter_keys(setup) == rejected
     assert setup.leftovers_for_a_fresh_member() == []
     totals = setup.progress()
-    assert totals["runs"] >= 2 and totals["rejected"] >= len(rejected), totals
+    assert totals["runs"] >= 2, totals
+    # a run that failed on the outage could not write its last progress row (the store was away), so the REJECTs
+    # it sent after its previous row are missing from the counts: the dead letters above are the record of them
+    assert totals["rejected"] >= (len(rejected) if outcomes == ["went on"] else 1), (outcomes, totals)
     assert totals["redeliveries_deduped"] > 0, "batch 0's records never came back to be acknowledged"
 
 

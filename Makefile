@@ -39,11 +39,10 @@ COMPAT := $(VENV)/compat
 COMPAT_TESTS := tests/test_compat.py tests/test_spark_connect.py
 COMPAT_VENVS := $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/.installed)
 
-# pytest-xdist workers of make test: the suite waits a lot (brokers, acquisition locks, Spark's triggers). Two workers
-# left a quarter of a 2-core machine idle through the run (vmstat, 2026-11-28), so a third fills it; each starts its
-# own Apache Kafka and SparkSession (tests/conftest.py keeps the three-node cluster, the secured broker and the
-# previous Kafka on one worker each)
-TEST_WORKERS ?= 3
+# pytest-xdist workers of make test: the suite mostly waits (brokers, acquisition locks, Spark's triggers), so two
+# workers keep a 2-core machine busy; each starts its own Apache Kafka and SparkSession (tests/conftest.py keeps the
+# three-node cluster, the secured broker and the previous Kafka on one worker each)
+TEST_WORKERS ?= 2
 
 # Debian's Chromium: tests/test_docs.py opens the built documentation site in it, headless
 CHROMIUM := /usr/bin/chromium

@@ -8,9 +8,12 @@ verdict must call flat what is flat and name what grew. ``python -m soak.long`` 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -173,6 +176,40 @@ def test_memory_growth_beyond_its_tolerance_fails_and_noise_does_not():
     verdict = judge(flat_run(jvm_rss=800 * 1.5, python_heap=60 + 20), OK)
     assert failed_names(verdict) == {"driver JVM RSS", "driver Python heap"}, verdict.text()
     assert "FAILED" in verdict.text()
+
+
+def test_a_thread_or_descriptor_growth_names_what_grew():
+    intervals = flat_run()
+    second, last = intervals[1], intervals[-1]
+    grown = {"driver_python": ProcessFigures((11,), 400, 40 + 150, 60 + 150, {"python": 20, "rdk:broker#": 170},
+                                             {"file": 10, "socket": 200}),
+             "driver_jvm": last.processes["driver_jvm"]}
+    intervals[1] = replace(second, processes={**second.processes, "driver_python": ProcessFigures(
+        (11,), 400, 40, 60, {"python": 20, "rdk:broker#": 20}, {"file": 10, "socket": 50})})
+    intervals[-1] = replace(last, processes={**last.processes, **grown})
+    verdict = judge(intervals, OK)
+    checks = {c.name: c for c in verdict.failed}
+    assert set(checks) == {"driver Python threads", "driver Python descriptors"}, verdict.text()
+    assert checks["driver Python threads"].detail.endswith("grew: rdk:broker# +150")
+    assert checks["driver Python descriptors"].detail.endswith("grew: socket +150")
+
+
+def test_the_sampler_names_a_process_threads_and_descriptors():
+    from soak.long.processes import figures_of
+
+    before = figures_of([psutil.Process()])
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        with socket.socket():
+            during = figures_of([psutil.Process()])
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(during.thread_names.values()) == during.threads == before.threads + 1, during.thread_names
+    assert during.fd_kinds.get("socket", 0) == before.fd_kinds.get("socket", 0) + 1, (before.fd_kinds, during.fd_kinds)
+    assert abs(sum(during.fd_kinds.values()) - during.fds) <= 1  # each count sees its own scan's directory
 
 
 def test_a_process_replaced_between_the_intervals_is_not_judged():

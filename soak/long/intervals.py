@@ -41,6 +41,10 @@ class ProcessFigures:
     rss_mb: float | None = None
     threads: int | None = None
     fds: int | None = None
+    #: threads by name (digits as ``#``: librdkafka's ``rdk:broker#``, the JVM's pools), so a growth names its owner
+    thread_names: dict[str, int] = field(default_factory=dict)
+    #: descriptors by kind: socket, pipe, anon_inode (selectors, eventfds) or file
+    fd_kinds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,12 @@ the traced process some CPU on every allocation; this process mostly waits on Sp
 from __future__ import annotations
 
 import gc
+import os
 import re
 import subprocess
 import sys
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -59,20 +61,48 @@ def start_tracing() -> None:
 
 
 def figures_of(processes: Iterable[psutil.Process]) -> ProcessFigures:
-    """Resident memory, threads and descriptors summed over ``processes``; those that ended meanwhile left out."""
+    """Resident memory, threads and descriptors summed over ``processes``, threads by name and descriptors by kind;
+    those that ended meanwhile left out."""
     pids, rss, threads, fds = [], 0, 0, 0
+    names: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
     for process in processes:
         try:
             with process.oneshot():
                 rss += process.memory_info().rss
                 threads += process.num_threads()
                 fds += process.num_fds()
+            names.update(_thread_names(process.pid))
+            kinds.update(_fd_kinds(process.pid))
             pids.append(process.pid)
         except psutil.Error:
             continue
     if not pids:
         return ProcessFigures()
-    return ProcessFigures(tuple(sorted(pids)), round(rss / MB, 1), threads, fds)
+    return ProcessFigures(tuple(sorted(pids)), round(rss / MB, 1), threads, fds, dict(names), dict(kinds))
+
+
+def _thread_names(pid: int) -> Counter[str]:
+    """The process's threads by the name the kernel keeps (15 characters), digits as ``#``."""
+    names: Counter[str] = Counter()
+    for task in Path(f"/proc/{pid}/task").glob("*/comm"):
+        try:
+            names[re.sub(r"\d+", "#", task.read_text().strip())] += 1
+        except OSError:  # the thread ended meanwhile
+            continue
+    return names
+
+
+def _fd_kinds(pid: int) -> Counter[str]:
+    """The process's open descriptors by what they point at: socket, pipe, anon_inode or file."""
+    kinds: Counter[str] = Counter()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        kinds[target.split(":", 1)[0] if target.startswith(("socket:", "pipe:", "anon_inode:")) else "file"] += 1
+    return kinds
 
 
 def _command_line(process: psutil.Process) -> str:

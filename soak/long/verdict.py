@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
@@ -191,9 +191,19 @@ def _memory(second: Interval, last: Interval) -> list[Check]:
         if not _same_processes(before, after):
             checks.append(Check(f"{ROLES[role]} threads and descriptors", None, "restarted in between"))
             continue
-        checks.append(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS, "threads"))
-        checks.append(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"))
+        checks.append(_named(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS, "threads"),
+                             before.thread_names, after.thread_names))
+        checks.append(_named(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"),
+                             before.fd_kinds, after.fd_kinds))
     return checks
+
+
+def _named(check: Check, before: Mapping[str, int], after: Mapping[str, int], most: int = 4) -> Check:
+    """A failed count's check, with the names (thread names, descriptor kinds) that grew most beside it."""
+    grown = sorted(((after[k] - before.get(k, 0), k) for k in after if after[k] > before.get(k, 0)), reverse=True)
+    if check.ok is not False or not grown:
+        return check
+    return replace(check, detail=f"{check.detail}; grew: " + ", ".join(f"{k} +{n}" for n, k in grown[:most]))
 
 
 # -- batch times --------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ check: $(STAMP) chromium
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 	SHAREGROUP_TEST_KAFKA=embedded $(BIN)/python -m pytest -q tests/test_options.py tests/test_docs.py tests/test_schema.py \
-		tests/test_state_share_partition.py tests/test_acknowledger.py tests/test_batch_size.py \
+		tests/test_state_share_partition.py tests/test_group_member.py tests/test_acknowledger.py tests/test_batch_size.py \
 		tests/test_redaction.py tests/test_kafka_errors.py "tests/test_source.py::test_every_record_exactly_once_into_a_file_sink"
 
 lint: $(STAMP)

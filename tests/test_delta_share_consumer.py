@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import DeadLetters, GroupSettingsError, RecordState
 from state_store.group import GroupStore
 from tests.delta_worker import spawn
+from tests.streams import burning_cpu
 
 Record = tuple[int, bytes, int]  # partition, value, delivery count
 
@@ -170,6 +172,44 @@ def test_commit_returns_a_lost_lock_as_a_value(kafka, tmp_path):
     assert held and {(p, v) for p, v, dc in got if dc == 2} == held
     assert collections.Counter((p, v) for p, v, _ in got) == collections.Counter(produced)
     assert in_flight(names.location) == [] and group_left(names.location)
+
+
+@pytest.mark.timing
+def test_a_member_keeps_its_records_through_slow_work_while_a_worker_commits_on_a_loaded_machine(kafka, tmp_path):
+    """Every commit of a Delta group races every other on one table: a member that works on its records for 2.5
+    lock durations lands its renewals against a worker process committing every 100 records, on a machine a
+    burner keeps busy. It keeps every record: its commit settles them all, and the worker is given none of them."""
+    names = Names(kafka, tmp_path, partitions=4)
+    kafka.produce_numbered(names.topic, 40_000, 4)
+    lock_s = 4.0
+    config = names.config(**{"share.record.lock.duration.ms": int(lock_s * 1000)})
+    worker_out = tmp_path / "worker.txt"
+    worker = spawn({**config, "max.poll.records": 100}, names.topic, "share", str(worker_out))
+
+    def worker_records() -> list[str]:
+        return worker_out.read_text().splitlines() if worker_out.exists() else []
+
+    try:
+        with burning_cpu(), DeltaShareConsumer({**config, "max.poll.records": 2000}) as consumer:
+            consumer.subscribe([names.topic])
+            assert worker.stdout.readline().strip() == "joined"
+            held = wait_for(lambda: consumer.poll(0.5), 60, "records for the slow member")
+            tell(worker, "go")
+            worked_until = time.monotonic() + 2.5 * lock_s
+            wait_for(lambda: time.monotonic() >= worked_until and len(worker_records()) >= 500, 120,
+                     "2.5 lock durations of work while the worker took 500 records", interval_s=0.2,
+                     state=lambda: len(worker_records()))
+            for message in held:
+                consumer.acknowledge(message)
+            results = consumer.commit_sync()
+        tell(worker, "stop")
+        assert worker.wait(60) == 0
+    finally:
+        worker.kill()
+    assert {(tp.topic, tp.partition): error for tp, error in results.items()} == {
+        (names.topic, p): None for p in {m.partition() for m in held}}, "the slow member's locks lapsed"
+    taken = {(int(p), bytes.fromhex(v)) for p, v, _ in (line.split() for line in worker_records())}
+    assert len(held) == 2000 and not taken & {(m.partition(), m.value()) for m in held}
 
 
 def test_a_released_record_comes_back_with_delivery_count_2(kafka, tmp_path):

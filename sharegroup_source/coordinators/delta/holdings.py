@@ -43,6 +43,10 @@ class Holdings:
         with self._lock:
             self._ranges.clear()
 
+    def any(self) -> bool:
+        with self._lock:
+            return bool(self._ranges)
+
     def of(self, key: Key) -> list[tuple[int, int]]:
         with self._lock:
             return list(self._ranges.get(key, []))

@@ -9,7 +9,9 @@ acquisition carries the settle of the batch before).
 
 While a member lives, a renewer thread extends the locks it knows it holds (KIP-1222's RENEW,
 ``holdings.py``), so a batch slower than the lock duration keeps its records; a member that dies
-stops renewing, and its locks expire after the lock duration, as on a broker.
+stops renewing, and its locks expire after the lock duration, as on a broker. A renewal races the
+other members' commits like any commit, so a member whose locks are in their last third gets the
+table: the others give way until its renewal lands or the lock ends.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -43,6 +45,8 @@ Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
 #: per member, so a group whose members all live shorter than this many commits is kept small too (its commits
 #: make no checkpoint of their own, see state_store/delta_table.py).
 MAINTAIN_EVERY_COMMITS = 200
+#: How long a commit that gives way to another member's renewal waits before it reads the table again.
+GIVE_WAY_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ class GroupMember:
             lambda: group.for_another_thread().maintain(),
             f"group {group.group_id}")
         self._lock = threading.Lock()  # the caller's calls and the renewer take turns
+        self._renewed_at_ms = int(time.time() * 1000)  # when the last commit renewed what the member holds
+        #: landed commits that found the member's locks unrenewed for two thirds of their duration (they lapse at one)
+        self.late_renewals = 0
+        #: commits that gave way to another member whose locks were about to lapse
+        self.gave_way = 0
         self._archived_lock = threading.Lock()  # draining them never waits for a commit under way
         self._closed = threading.Event()
         group.join(member_id, kind)
@@ -176,35 +185,124 @@ class GroupMember:
         """Run ``change`` on every share-partition in one compare-and-swap commit (retried from a fresh read
         when another member won), renewing the locks this member knows it holds and noting what the limit archived.
         ``initial``: where a share-partition that has no state yet starts (only an acquisition creates one)."""
+        planned_at_ms = [0]  # the plan that landed: when it renewed the locks
+        third_ms = self.group.settings.lock_duration_ms / 3
+        asked = time.monotonic()
+        give_way_until = asked + third_ms / 1000  # a commit gives way a third of a lock at most, then goes
+
         def planned(sps: dict[Key, SharePartition]) -> tuple[T, list[Held]]:
-            now_ms = int(time.time() * 1000)
+            now_ms = planned_at_ms[0] = int(time.time() * 1000)
+            if time.monotonic() < give_way_until:
+                _give_way(sps.values(), self.member_id, now_ms, third_ms)
             result = change(sps, now_ms)
             for key, sp in sps.items():
                 sp.renew_member(self.member_id, self._holdings.of(key), now_ms)
             archived = [Held(t, p, run) for (t, p), sp in sps.items() for run in sp.archived_at_limit()]
             return result, archived
 
-        with self._lock:
-            (result, archived), version = self.group.share_state.update_all(planned, initial or {})
-            with self._archived_lock:
-                self._archived += archived
-            if version is not None and version % MAINTAIN_EVERY_COMMITS == 0:
-                self._maintenance.request()
-        return result
+        gave_way = False
+        while True:
+            with self._lock:
+                turn = time.monotonic()
+                races = self.group.share_state.table.lost_races
+                holding = self._holdings.any()
+                try:
+                    (result, archived), version = self.group.share_state.update_all(planned, initial or {})
+                except _GiveWay as way:
+                    pause_s = way.pause_s
+                    if not gave_way:
+                        gave_way = True
+                        self.gave_way += 1
+                        log.info("member %s gives way to member %s, whose locks lapse in %.1f s unless its renewal "
+                                 "lands", self.member_id, way.member_id, way.lapse_in_s)
+                else:
+                    with self._archived_lock:
+                        self._archived += archived
+                    self._note_renewal(planned_at_ms[0], holding and version is not None, waited_s=turn - asked,
+                                       took_s=time.monotonic() - turn,
+                                       lost_races=self.group.share_state.table.lost_races - races)
+                    if version is not None and version % MAINTAIN_EVERY_COMMITS == 0:
+                        self._maintenance.request()
+                    return result
+            time.sleep(pause_s)  # the member's own renewer may commit meanwhile
+
+    def _note_renewal(self, planned_at_ms: int, renewed: bool, *, waited_s: float, took_s: float,
+                      lost_races: int) -> None:
+        """Note when the member's locks were last renewed (a commit that wrote nothing held nothing to renew),
+        and say so when a commit ``renewed`` locks late: other members see a renewal when it lands, and the
+        one before it counted from its plan, so from that plan to this landing the locks were at risk, and
+        past a whole lock duration other members could take the records and this member's settles of them
+        fail. Two thirds of one is reported. What the commit waited for and lost tells a member starved of
+        the table from one starved of the CPU."""
+        previous, self._renewed_at_ms = self._renewed_at_ms, planned_at_ms
+        exposed_ms = time.time() * 1000 - previous
+        lock_ms = self.group.settings.lock_duration_ms
+        if not renewed or exposed_ms <= lock_ms * 2 / 3:
+            return
+        self.late_renewals += 1
+        log.warning("member %s renewed its locks %.1f s after the renewal before it was planned (lock duration "
+                    "%.1f s%s): this commit waited %.1f s (for the member's other commit, or giving way to another "
+                    "member's renewal), then took %.1f s and "
+                    "lost %d compare-and-swap race(s)", self.member_id, exposed_ms / 1000, lock_ms / 1000,
+                    ", so they lapsed meanwhile" if exposed_ms > lock_ms else "", waited_s, took_s, lost_races)
 
     def _renew_while_alive(self) -> None:
-        """Renew three times per lock duration, and say the member is alive."""
-        interval_s = self.group.settings.lock_duration_ms / 3000
-        while not self._closed.wait(interval_s):
+        """Renew a third of a lock duration after the member's last commit renewed its locks (every commit of its
+        renews them, so a caller committing often makes this one idle), and say the member is alive as often.
+
+        Counted from the last renewal, not from the end of the last round: under load a commit takes seconds,
+        and rounds spaced a third apart would let that time, the heartbeat's and the settings' read add up
+        past the lock, which then lapses while the member lives.
+        """
+        said_alive = time.monotonic()
+        pause_s = 0.0  # after a failed round: the next waits a third whatever the schedule says
+        while True:
+            third_ms = self.group.settings.lock_duration_ms / 3
+            due_s = (self._renewed_at_ms + third_ms) / 1000 - time.time()
+            if self._closed.wait(max(due_s, pause_s)):
+                return
+            pause_s = 0.0
             try:
-                self._commit(lambda sps, now_ms: None)
-                with self._lock:  # the group's tables are one thread's at a time
-                    self.group.heartbeat(self.member_id)
-                    adopted = self.group.refresh_settings()
-                if adopted is not None:
-                    log.info("member %s adopted the group's altered settings: %s", self.member_id, adopted)
+                if time.time() * 1000 >= self._renewed_at_ms + third_ms:  # no commit of the caller's renewed since
+                    self._commit(lambda sps, now_ms: None)
+                if time.monotonic() - said_alive >= third_ms / 1000:
+                    said_alive = time.monotonic()
+                    with self._lock:  # the group's tables are one thread's at a time
+                        self.group.heartbeat(self.member_id)
+                        adopted = self.group.refresh_settings()
+                    if adopted is not None:
+                        log.info("member %s adopted the group's altered settings: %s", self.member_id, adopted)
             except Exception as error:  # the next round tries again; locks last a whole duration
+                pause_s = third_ms / 1000
                 log.warning("member %s could not renew its locks: %s", self.member_id, error)
+
+
+class _GiveWay(Exception):
+    """A plan found another member's locks about to lapse: this commit waits, so that member's renewal lands."""
+
+    def __init__(self, member_id: str, lapse_in_s: float):
+        super().__init__(member_id)
+        self.member_id = member_id
+        self.lapse_in_s = lapse_in_s
+        self.pause_s = min(GIVE_WAY_PAUSE_S, lapse_in_s)
+
+
+def _give_way(sps: Iterable[SharePartition], member_id: str, now_ms: int, margin_ms: float) -> None:
+    """Raise _GiveWay when another member's lock ends within ``margin_ms`` and none of ``member_id``'s does.
+
+    Every commit of a Delta group races every other on one table, so a member's renewal can lose race after
+    race to members that commit more often, and its locks lapse while it lives (a broker never makes a RENEW
+    wait behind a ShareFetch). A healthy member renews with two thirds of its lock left, so a lock within
+    the last third is one whose renewal keeps losing (or whose member died, and then the wait is that third
+    once): the others hold off until it lands or the lock ends. A member with locks of its own that close
+    goes ahead, so two members never wait for each other.
+    """
+    lapsing = [(b.lock_deadline_ms, b.member_id) for sp in sps for b in sp.batches
+               if b.state is RecordState.ACQUIRED and b.member_id is not None and b.lock_deadline_ms is not None
+               and now_ms < b.lock_deadline_ms <= now_ms + margin_ms]
+    if lapsing and all(member != member_id for _, member in lapsing):
+        deadline, other = min(lapsing)
+        raise _GiveWay(other, (deadline - now_ms) / 1000)
 
 
 def _settlement(member_id: str, acks: Acks) -> Callable[[dict[Key, SharePartition], int], Failures]:

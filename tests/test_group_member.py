@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharegroup_source.coordinators.delta.member import GIVE_WAY_PAUSE_S, _give_way, _GiveWay
+from sharegroup_source.coordinators.delta.member import GIVE_WAY_PAUSE_S, GiveWay, give_way
 from state_store import SharePartition
 from state_store.share_partition import ShareConfig
 
@@ -27,19 +27,19 @@ def held_at(now_ms: int, **members_acquired_ms_ago: int) -> SharePartition:
 
 def test_a_member_gives_way_to_another_whose_lock_is_in_its_last_third():
     now = 1_000_000
-    with pytest.raises(_GiveWay) as way:
-        _give_way([held_at(now, mine=1_000), held_at(now, late=LOCK_MS - 2_000)], "mine", now, THIRD_MS)
+    with pytest.raises(GiveWay) as way:
+        give_way([held_at(now, mine=1_000), held_at(now, late=LOCK_MS - 2_000)], "mine", now, THIRD_MS)
     assert way.value.member_id == "late" and way.value.lapse_in_s == 2.0
     assert way.value.pause_s == GIVE_WAY_PAUSE_S
 
 
 def test_a_member_whose_own_lock_is_that_close_goes_ahead():
     now = 1_000_000
-    _give_way([held_at(now, late=LOCK_MS - 2_000, mine=LOCK_MS - 1_000)], "mine", now, THIRD_MS)
+    give_way([held_at(now, late=LOCK_MS - 2_000, mine=LOCK_MS - 1_000)], "mine", now, THIRD_MS)
 
 
 @pytest.mark.parametrize("ago_ms", [1_000, THIRD_MS * 2 - 1, LOCK_MS, LOCK_MS + 5_000],
                          ids=["fresh", "two-thirds-left", "ended-now", "ended"])
 def test_no_way_is_given_to_a_lock_with_more_than_a_third_left_or_one_that_ended(ago_ms):
     now = 1_000_000
-    _give_way([held_at(now, other=int(ago_ms))], "mine", now, THIRD_MS)
+    give_way([held_at(now, other=int(ago_ms))], "mine", now, THIRD_MS)

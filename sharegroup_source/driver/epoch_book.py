@@ -23,7 +23,7 @@ from sharegroup_source.driver.acknowledger import Acknowledger
 from sharegroup_source.driver.emitted_index import EmittedIndex
 from sharegroup_source.errors import FencedError
 from sharegroup_source.schema import by_partition, has_payload, spans
-from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore, StateStoreError
 from state_store.maintenance import BackgroundMaintenance
 
 __all__ = ["EpochBook", "offset_ranges", "settled_statuses"]
@@ -91,8 +91,10 @@ class EpochBook:
                 raise FencedError(f"query {self._group_id!r}: epoch {epoch} was ledgered by run "
                                   f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
                                   f"stateLocation={self._state_shown}; this run gave its records back and stops")
-        except BaseException:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
+        except BaseException as error:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
             self._settled = {**settled, **self._settled}  # not written, or written: writing them again is a no-op
+            if not isinstance(error, FencedError):
+                self._released_unheld(epoch)
             self._acks.send(releases(fresh))
             raise
         self._released.pop(epoch, None)
@@ -104,6 +106,17 @@ class EpochBook:
         self._emitted.add(entry)
         self._counters.acquired += fresh.num_rows
         self._counters.epochs += 1
+
+    def _released_unheld(self, epoch: int) -> None:
+        """Say RELEASED for ``epoch`` if its ledger write landed before what cut ``write`` short: Spark's SIGTERM
+        (a stop) lands between any two bytecodes, also right after the commit. Left ACQUIRED, the epoch would
+        be nobody's: never held, so the stop would not release it, and the next run would count its records
+        as failed acknowledgements although Spark never saw them. RELEASED, the next run writes its own epoch
+        of that number in its place. Where the write did not land there is nothing to say."""
+        try:
+            self._store.ledger.set_statuses(self._group_id, {epoch: EpochStatus.RELEASED})
+        except (StateStoreError, FencedError) as error:
+            log.debug("epoch %d: not ledgered, or not this run's: %s", epoch, error)
 
     def payload(self, epoch: int) -> pa.Table | None:
         """The records of an epoch this run holds, where they passed through the driver."""

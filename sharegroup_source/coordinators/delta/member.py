@@ -30,7 +30,7 @@ from state_store import AckType, AcquiredRecords, InvalidRecordStateError, Recor
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance
 
-__all__ = ["Acks", "GroupMember", "Held"]
+__all__ = ["Acks", "GiveWay", "GroupMember", "Held", "give_way"]
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class GroupMember:
         def planned(sps: dict[Key, SharePartition]) -> tuple[T, list[Held]]:
             now_ms = planned_at_ms[0] = int(time.time() * 1000)
             if time.monotonic() < give_way_until:
-                _give_way(sps.values(), self.member_id, now_ms, third_ms)
+                give_way(sps.values(), self.member_id, now_ms, third_ms)
             result = change(sps, now_ms)
             for key, sp in sps.items():
                 sp.renew_member(self.member_id, self._holdings.of(key), now_ms)
@@ -208,7 +208,7 @@ class GroupMember:
                 holding = self._holdings.any()
                 try:
                     (result, archived), version = self.group.share_state.update_all(planned, initial or {})
-                except _GiveWay as way:
+                except GiveWay as way:
                     pause_s = way.pause_s
                     if not gave_way:
                         gave_way = True
@@ -277,7 +277,7 @@ class GroupMember:
                 log.warning("member %s could not renew its locks: %s", self.member_id, error)
 
 
-class _GiveWay(Exception):
+class GiveWay(Exception):
     """A plan found another member's locks about to lapse: this commit waits, so that member's renewal lands."""
 
     def __init__(self, member_id: str, lapse_in_s: float):
@@ -287,8 +287,8 @@ class _GiveWay(Exception):
         self.pause_s = min(GIVE_WAY_PAUSE_S, lapse_in_s)
 
 
-def _give_way(sps: Iterable[SharePartition], member_id: str, now_ms: int, margin_ms: float) -> None:
-    """Raise _GiveWay when another member's lock ends within ``margin_ms`` and none of ``member_id``'s does.
+def give_way(sps: Iterable[SharePartition], member_id: str, now_ms: int, margin_ms: float) -> None:
+    """Raise GiveWay when another member's lock ends within ``margin_ms`` and none of ``member_id``'s does.
 
     Every commit of a Delta group races every other on one table, so a member's renewal can lose race after
     race to members that commit more often, and its locks lapse while it lives (a broker never makes a RENEW
@@ -302,7 +302,7 @@ def _give_way(sps: Iterable[SharePartition], member_id: str, now_ms: int, margin
                and now_ms < b.lock_deadline_ms <= now_ms + margin_ms]
     if lapsing and all(member != member_id for _, member in lapsing):
         deadline, other = min(lapsing)
-        raise _GiveWay(other, (deadline - now_ms) / 1000)
+        raise GiveWay(other, (deadline - now_ms) / 1000)
 
 
 def _settlement(member_id: str, acks: Acks) -> Callable[[dict[Key, SharePartition], int], Failures]:

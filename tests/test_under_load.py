@@ -1,13 +1,9 @@
-"""A loaded machine: records delivered again, and stops that Spark ends before they finish.
+"""A loaded machine: records delivered again.
 
 Under load a batch takes longer, and records a fetch acquired beyond the batch's read limit wait
 longer for theirs: past half their lock the source gives them back unread (a batch could
 outlive the lock), and they come back with their delivery count raised. The progress table counts
 both (``given_back``, ``redelivered``) and the driver's log says why, with what would avoid it.
-
-A stop while a batch runs: Spark waits for the source's stop a while, then ends the process it runs
-in. A run ended that way never left the group, and the epoch it held stays ACQUIRED in the ledger
-until the next run fences it and settles it.
 """
 
 from __future__ import annotations
@@ -17,9 +13,6 @@ import pytest
 from sharegroup_source.testing.kafka_peers import wait_for
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup, burning_cpu
-
-#: stops on a loaded machine: partitions, records, stops
-STOP_PARTITIONS, STOP_RECORDS, STOPS = 2, 2_000, 3
 
 
 @pytest.mark.spark
@@ -49,47 +42,3 @@ def test_records_given_back_for_slow_batches_are_counted_and_come_back_once(spar
     assert counters["given_back"] > 0, "no batch waited past half its lock: the test did not load the source"
     assert counters["redelivered"] == again, "each record emitted on a later delivery is counted once"
     assert 0 < again <= counters["given_back"], "nothing but this run's give-backs delivered records again"
-
-
-@pytest.mark.spark
-@pytest.mark.timing
-def test_stops_mid_batch_on_a_loaded_machine_leave_no_epoch_acquired_but_where_spark_ended_the_run(spark, kafka,
-                                                                                                  tmp_path):
-    """After each stop: the run's member left, with no epoch ACQUIRED in the ledger, also when Spark's SIGTERM
-    landed right after an epoch's ledger write (it says RELEASED, and the next run writes its own epoch in its
-    place); or Spark ended the run's process before its stop finished, and the ledger keeps that run's held
-    epoch ACQUIRED until the next run fences it and counts its records as failed acknowledgements. The sink
-    holds every record once, and nothing else counts as a failed acknowledgement."""
-    kafka.require_apache("the stop's hand-back is the broker's share group's")
-    setup = StreamSetup(kafka, kafka.new_topic(STOP_PARTITIONS), kafka.new_group(lock_duration_ms=15_000), tmp_path)
-    produced = kafka.produce_numbered(setup.topic, STOP_RECORDS, STOP_PARTITIONS)
-    options = {"maxRecordsPerTrigger": "400", "checkpointLocation": str(setup.checkpoint)}
-    ends: list[str] = []
-    ended_by_spark = 0  # records of epochs a run ended by Spark held: the only failed acknowledgements
-    with burning_cpu():
-        for _ in range(STOPS):
-            query = setup.file_sink(spark, available_now=False, **options)
-            try:
-                # two batches done, and the third one running: the stop lands in the middle of a batch
-                wait_for(lambda q=query: (q.lastProgress or {}).get("batchId", -1) >= 1
-                         and q.status["isTriggerActive"], 120, "a batch running after two batches",
-                         interval_s=0.01, state=lambda q=query: q.status)
-            finally:
-                query.stop()
-            progress = setup.state_store().progress
-            wait_for(lambda p=progress: (m := p.member_in_group(setup.group)) is None or m.process_is_gone(), 60,
-                     "the run's stop to end: its member left, or Spark ended its process")
-            killed = progress.member_in_group(setup.group)  # a run whose process ended before it left
-            held = [e for e in setup.ledger_entries() if e.status == "ACQUIRED"]
-            assert all(killed is not None and e.member_id == killed.run_id for e in held), (
-                f"epochs ACQUIRED after the stop ended: {[(e.epoch, e.member_id) for e in held]}; "
-                f"a run still in the group: {killed}")
-            ended_by_spark += sum(e.record_count for e in held)
-            ends.append(f"{'left' if killed is None else 'ended by Spark'}, {len(held)} epoch(s) ACQUIRED")
-    print(f"stops on a loaded machine: {ends}")
-    query = setup.file_sink(spark, **options)  # the rest, as an AvailableNow run
-    query.awaitTermination(240)
-    assert query.exception() is None
-    assert_exactly_once(setup.sink_rows(spark), produced)
-    setup.wait_until_member_left(timeout_s=60)
-    assert setup.progress()["ack_failures"] == ended_by_spark

@@ -242,8 +242,8 @@ class GroupMember:
         self.late_renewals += 1
         log.warning("member %s renewed its locks %.1f s after the renewal before it was planned (lock duration "
                     "%.1f s%s): this commit waited %.1f s (for the member's other commit, or giving way to another "
-                    "member's renewal), then took %.1f s and "
-                    "lost %d compare-and-swap race(s)", self.member_id, exposed_ms / 1000, lock_ms / 1000,
+                    "member's renewal), then took %.1f s and lost %d compare-and-swap race(s)",
+                    self.member_id, exposed_ms / 1000, lock_ms / 1000,
                     ", so they lapsed meanwhile" if exposed_ms > lock_ms else "", waited_s, took_s, lost_races)
 
     def _renew_while_alive(self) -> None:

@@ -135,7 +135,7 @@ test:
 
 # the inner loop, under 5 minutes: lint, types, the documentation site (warnings, broken links and anchors are
 # errors), unit tests and one end-to-end stream, on the embedded broker only
-check: $(STAMP) chromium
+check: $(STAMP) $(JARS) chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

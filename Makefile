@@ -47,7 +47,7 @@ TEST_WORKERS ?= 2
 # Debian's Chromium: tests/test_docs.py opens the built documentation site in it, headless
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo demo-kafka test compat check lint wheel bench soak soak-long broker kafka jars tools gcs chromium clean
+.PHONY: demo demo-kafka test suite compat-lane compat check lint wheel bench soak soak-long broker kafka jars tools gcs chromium clean
 
 $(STAMP): setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -65,7 +65,8 @@ $(COMPAT)/spark-%/.installed: setup.py
 	$(call dev_install,$(COMPAT)/spark-$*/bin,compat-test,'pyspark[connect]==$*')
 	touch $@
 
-# the slices run at once (make -O keeps each one's output together): each mostly waits on its Spark and broker
+# the slices, one after another under make test (its lane runs beside the main pytest run); `make -j3 compat` runs
+# them at once
 compat: $(foreach v,$(COMPAT_SPARKS),compat-$(v))
 # a venv's stamp is made through the pattern rule: not an intermediate file make may delete
 .PRECIOUS: $(COMPAT)/spark-%/.installed
@@ -125,13 +126,25 @@ demo: $(STAMP)
 demo-kafka: $(STAMP) $(JARS)
 	$(BIN)/python examples/demo.py --kafka apache
 
-# Setup first, its parts at once (pip, Maven and npm each wait on the network and the disk more than on a core):
-# 176 s instead of about 250 on a fresh 2-core machine (2026-11-27); lint runs as soon as .venv is there, while the
-# other Sparks' venvs are still installing. Then the suite, then the slices of the other Sparks.
+# Setup first, its parts at once (pip, Maven and npm each wait on the network and the disk more than on a core), but
+# only what the main pytest run needs. Beside that run goes the compatibility lane: the other Sparks' venvs and lint
+# at the lowest CPU priority (nice 19: they take the cores the suite leaves while it waits on brokers, locks and
+# triggers), then the slices one after another. The lane's output is kept in one piece and printed when it ends;
+# either side failing fails make test.
 test:
-	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(FAKE_GCS) $(COMPAT_VENVS) chromium lint
+	$(MAKE) --no-print-directory -j4 $(STAMP) $(JARS) $(TOOLS) $(FAKE_GCS) chromium
+	$(MAKE) --no-print-directory -j2 suite compat-lane
+
+suite: $(STAMP) $(JARS) $(TOOLS) $(FAKE_GCS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
-	$(MAKE) --no-print-directory -j3 -O compat
+
+COMPAT_LOG := $(COMPAT)/lane.log
+compat-lane: $(STAMP) $(JARS)
+	@mkdir -p $(COMPAT); start=$$(date +%s); \
+		{ nice -n 19 $(MAKE) --no-print-directory -j3 $(COMPAT_VENVS) lint && $(MAKE) --no-print-directory compat; } \
+			> $(COMPAT_LOG) 2>&1; status=$$?; \
+		echo; echo "== compatibility lane (venvs and lint at nice 19, then the slices), $$(( $$(date +%s) - start )) s:"; \
+		cat $(COMPAT_LOG); exit $$status
 
 # the inner loop, under 5 minutes: lint, types, the documentation site (warnings, broken links and anchors are
 # errors), unit tests and one end-to-end stream, on the embedded broker only

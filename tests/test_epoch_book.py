@@ -3,11 +3,13 @@ what it holds, what it has the acknowledger send, and what it expects back."""
 
 from __future__ import annotations
 
+import shutil
+
 import pyarrow as pa
 import pytest
 
 from sharegroup_source.errors import FencedError
-from state_store import EpochStatus, LedgerEntry, OffsetRange, StateStore
+from state_store import EpochStatus, LedgerEntry, OffsetRange, StateStore, StateStoreError
 from tests.driver_parts import driver_parts, records
 
 
@@ -101,6 +103,19 @@ def test_a_stop_releases_what_is_held_and_records_it_first(tmp_path):
     assert run.counters.released == 4
     run.book.release_held()
     assert len(run.coordinator.acknowledged) == 2, "nothing is held any more"
+
+
+def test_a_stop_whose_ledger_write_fails_still_releases_what_is_held(tmp_path, caplog):
+    run = driver_parts(tmp_path)
+    run.book.write(1, records("t", 0, [0, 1, 2]), acquired_at_ms=0)
+    shutil.rmtree(tmp_path / "state" / "ledger")  # the state store fails under the stop
+    with pytest.raises(StateStoreError, match="deleted while in use"):
+        run.book.release_held()
+    assert run.coordinator.runs()[-1] == ("t", 0, 0, 2, "RELEASE"), "the records go back all the same"
+    assert run.counters.released == 3
+    assert "could not say RELEASED for epochs [1] in the ledger" in caplog.text
+    assert "the next run counts their 3 records as failed acknowledgements" in caplog.text
+    assert run.book.held(1) is None
 
 
 def test_an_earlier_runs_epochs_are_settled_as_failed_and_expected_back(tmp_path):

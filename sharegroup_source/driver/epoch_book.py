@@ -187,19 +187,30 @@ class EpochBook:
             raise
 
     def release_held(self) -> None:
-        """Give the epochs this run holds back to the group (a stop), so other members need not wait for expiry."""
+        """Give the epochs this run holds back to the group (a stop), so other members need not wait for expiry.
+
+        The ledger says RELEASED first: if the process dies before the acks leave, the locks expire anyway. The
+        acks leave whatever that write met; where it failed, the epochs stay ACQUIRED in the ledger, and the next
+        run counts their records as failed acknowledgements and deduplicates them when they come back."""
         entries = [self._held[e] for e in sorted(self._held)]
-        acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
-                for e in entries for r in e.ranges for first, last in r.spans()]
-        if acks:
-            # status first: if the process dies before the acks leave, the locks expire anyway
-            try:
-                self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
-            except FencedError as fenced:  # the records go back all the same: no other run holds them
-                log.warning("%s", fenced)
-            self._acks.send(acks)
         self._held.clear()
         self._payload.clear()
+        acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
+                for e in entries for r in e.ranges for first, last in r.spans()]
+        if not acks:
+            return
+        try:
+            self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
+        except FencedError as fenced:  # the records go back all the same: no other run holds them
+            log.warning("%s", fenced)
+        except Exception as error:
+            log.warning("group %s: the stop could not say RELEASED for epochs %s in the ledger (%s): they stay "
+                        "ACQUIRED there, and the next run counts their %d records as failed acknowledgements; "
+                        "the records go back to the group now all the same", self._group_id,
+                        [e.epoch for e in entries], error, sum(e.record_count for e in entries))
+            raise
+        finally:
+            self._acks.send(acks)
 
     # -- redeliveries ------------------------------------------------------------------
     @property

@@ -214,22 +214,16 @@ class MicroBatchDriver:
 
     def _stop(self) -> None:
         try:
-            # a run that never started holds nothing and must not write: the ledger may be another run's
-            committed = self._commit_log.committed_epoch() if self._commit_log and self._fence else None
             try:
-                if committed is not None:  # Spark committed it and will not call commit for it again
-                    self._book.settle_through(committed)
-                self._book.collect(wait=True)
-                if self._fence is not None:
-                    self._book.record_settled()
-            except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back below
-                log.warning("%s", fenced)
+                self._settle_committed()
             finally:
                 # whatever cut the settling short (Kafka, the state store, a signal), what is held goes back and the
-                # ledger says so: a member leaving with an epoch still ACQUIRED in the ledger tells the next run of
-                # locks that nobody holds
-                self._admission.give_back()
-                self._book.release_held()
+                # ledger says so, each part whatever the other did: a member leaving with an epoch still ACQUIRED in
+                # the ledger tells the next run of locks that nobody holds
+                try:
+                    self._admission.give_back()
+                finally:
+                    self._book.release_held()
         finally:
             try:
                 self._coordinator.close()
@@ -237,6 +231,20 @@ class MicroBatchDriver:
             finally:
                 self._publish_counters(left=True)
                 self._maintenance.join(MAINTENANCE_STOP_WAIT_S)
+
+    def _settle_committed(self) -> None:
+        """Settle what Spark committed before the stop: it will not call commit for it again."""
+        if self._fence is None:  # a run that never started holds nothing, and the ledger may be another run's
+            self._book.collect(wait=True)
+            return
+        committed = self._commit_log.committed_epoch() if self._commit_log is not None else None
+        try:
+            if committed is not None:
+                self._book.settle_through(committed)
+            self._book.collect(wait=True)
+            self._book.record_settled()
+        except FencedError as fenced:  # the ACCEPTs went out; what is held still goes back
+            log.warning("%s", fenced)
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""

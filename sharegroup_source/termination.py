@@ -4,8 +4,9 @@ Spark ends that worker with SIGTERM when a query stops or fails, without calling
 ``stop()``. The handler here turns the first signal into SystemExit, so the runner's
 ``finally: reader.stop()`` gives the run's records back at once; it holds a signal that lands
 while the micro-batch driver is being built (its member may be joining) until ``stop()`` can find
-it, unless the thread is a run that has joined nothing yet (``not_joined_yet``: a coordinator
-waiting for the previous run's member). It lives below the driver and the coordinators, which
+it, and one that lands in a Spark call until the call is done (``uninterrupted``), unless the
+thread is a run that has joined nothing yet (``not_joined_yet``: a coordinator waiting for the
+previous run's member). It lives below the driver and the coordinators, which
 both mark what a signal may interrupt.
 """
 
@@ -16,7 +17,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["building_driver", "has_not_joined", "not_joined_yet", "on_sigterm", "stop_on_sigterm", "stopping"]
+__all__ = ["building_driver", "has_not_joined", "not_joined_yet", "on_sigterm", "stop_on_sigterm", "stopping",
+           "uninterrupted"]
 
 
 class _Termination:
@@ -30,7 +32,7 @@ class _Termination:
 
     #: a stop is under way: later SIGTERMs must not cut it short
     stopping = False
-    #: the driver is being built on the main thread: a SIGTERM now waits until stop() can find it
+    #: the driver is being built, or a Spark call runs, on the main thread: a SIGTERM now waits until it is done
     deferring = False
     #: the signal that arrived while deferring
     pending: int | None = None
@@ -57,8 +59,9 @@ def on_sigterm(signum: int, _frame: object) -> None:
     Spark sends two in a row (it destroys the worker, then stops the worker factory, which
     destroys it again), so the stop is marked as under way here, before anything else runs.
     While the driver is being built the member may be joining: unwinding then would leave it in
-    the group with nobody to stop it, so the signal is kept for when the driver exists, unless
-    the run is still waiting for the previous run's member (it has joined nothing yet).
+    the group with nobody to stop it, so the signal is kept for when the driver exists; in a Spark
+    call it is kept for when the call is done (``uninterrupted``). Unless the run is still waiting
+    for the previous run's member: it has joined nothing yet.
     """
     if _TERM.stopping:
         return
@@ -88,15 +91,30 @@ def building_driver() -> Iterator[None]:
     finds the driver and makes the member leave.
     """
     stop_on_sigterm()
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:  # a new run (Spark does not reuse this worker, but nothing here relies on it)
-        _TERM.stopping, _TERM.pending, _TERM.deferring = False, None, True
+    if threading.current_thread() is threading.main_thread() and not _TERM.deferring:
+        _TERM.stopping, _TERM.pending = False, None  # a new run (Spark does not reuse the worker; nothing relies on it)
+    with uninterrupted():
+        yield
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Run the block whole on the main thread: a SIGTERM meanwhile unwinds as it ends (other threads never see one).
+
+    A Spark call moves epochs between owners (acquired, ledgered, held, being settled, settled), a step at a time;
+    cut between two steps, an epoch would be ledgered but not held, or no longer held but not yet settled, and the
+    stop would neither settle nor release it. Whole, a call leaves every epoch with an owner the stop knows. A stop
+    waits for the call under way: an acquisition's poll, a ledger write.
+    """
+    if threading.current_thread() is not threading.main_thread() or _TERM.deferring:  # nothing to hold, or held
+        yield
+        return
+    _TERM.deferring = True
     try:
         yield
     finally:
-        if on_main:
-            _TERM.deferring = False
-    if on_main and _TERM.pending is not None and not _TERM.stopping:
+        _TERM.deferring = False
+    if _TERM.pending is not None and not _TERM.stopping:
         _TERM.stopping = True
         raise SystemExit(128 + _TERM.pending)
 

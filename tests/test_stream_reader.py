@@ -179,3 +179,63 @@ def test_a_sigterm_during_the_handover_wait_ends_the_worker_at_once(kafka, tmp_p
             child.kill()
     assert child.returncode == 128 + 15
     assert progress.member_in_group(setup.group).run_id == "previous", "the stopped run must never join"
+
+
+_MID_CALL_CHILD = """
+import json, os, signal, sys
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from sharegroup_source.driver import acknowledger
+from sharegroup_source.driver.stream_reader import ShareGroupStreamReader
+from sharegroup_source.options import SourceOptions
+
+settle = acknowledger.Acknowledger.settle
+def sigterm_then_settle(self, *args, **kwargs):  # the epoch is no longer held and not yet settled
+    os.kill(os.getpid(), signal.SIGTERM)
+    return settle(self, *args, **kwargs)
+acknowledger.Acknowledger.settle = sigterm_then_settle
+
+reader = ShareGroupStreamReader(SourceOptions.parse(json.loads(sys.argv[1])))
+try:
+    start = reader.initialOffset()
+    while (end := reader.latestOffset(start, ReadAllAvailable())) == start:
+        pass
+    print("committing", flush=True)
+    reader.commit(end)
+    print("committed", flush=True)
+finally:
+    reader.stop()
+"""
+
+
+@pytest.mark.timing
+def test_a_sigterm_in_the_middle_of_a_commit_waits_for_its_end(kafka, tmp_path):
+    """Spark's SIGTERM lands as a commit hands the held epoch to the acknowledger: it used to unwind there, and the
+    epoch, held by nobody and settled by nobody, stayed ACQUIRED with its records locked. Now the commit ends first:
+    its records are accepted and the ledger says so; then the worker stops, its member leaves."""
+    setup = StreamSetup(kafka, kafka.new_topic(1, prefix="sigterm"), kafka.new_group(), tmp_path)
+    produced = kafka.produce_numbered(setup.topic, 50, 1)
+    child = subprocess.Popen([sys.executable, "-c", _MID_CALL_CHILD, json.dumps(setup.options())],
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    try:
+        assert child.wait(timeout=60) == 128 + 15, "the SIGTERM must end the worker"
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.stdout.read().split() == ["committing"], "the SIGTERM unwinds as the commit returns"
+    store = StateStore(str(setup.state))
+    assert store.progress.member_in_group(setup.group) is None, "the member must have left the group"
+    assert [e.status for e in store.ledger.entries(setup.group)] == ["ACKED"]
+    assert store.progress.totals(setup.group)["accepted"] == len(produced)
+    marker = kafka.produce_numbered(setup.topic, 1, 1, first=len(produced))
+    got: list[bytes] = []
+    with ShareClient(kafka.config(**{"group.id": setup.group}), [setup.topic]) as member:
+        def marker_arrived() -> bool:
+            records = member.poll(0.5)
+            got.extend(r.value() for r in records)
+            member.acknowledge(Ack(r.topic(), r.partition(), r.offset()) for r in records)
+            if records:
+                member.commit()
+            return {(0, v) for v in got} >= marker
+
+        wait_for(marker_arrived, 30, "the marker at a new member")
+    assert {(0, v) for v in got} == marker, "nothing of the committed epoch may come back"

@@ -91,7 +91,7 @@ class EpochBook:
                 raise FencedError(f"query {self._group_id!r}: epoch {epoch} was ledgered by run "
                                   f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
                                   f"stateLocation={self._state_shown}; this run gave its records back and stops")
-        except BaseException as error:  # fenced, lost, the state unwritable, or SIGTERM: nothing holds these records
+        except BaseException as error:  # fenced, lost, or the state unwritable: nothing holds these records
             self._settled = {**settled, **self._settled}  # not written, or written: writing them again is a no-op
             if not isinstance(error, FencedError):
                 self._released_unheld(epoch)
@@ -108,11 +108,12 @@ class EpochBook:
         self._counters.epochs += 1
 
     def _released_unheld(self, epoch: int) -> None:
-        """Say RELEASED for ``epoch`` if its ledger write landed before what cut ``write`` short: Spark's SIGTERM
-        (a stop) lands between any two bytecodes, also right after the commit. Left ACQUIRED, the epoch would
-        be nobody's: never held, so the stop would not release it, and the next run would count its records
-        as failed acknowledgements although Spark never saw them. RELEASED, the next run writes its own epoch
-        of that number in its place. Where the write did not land there is nothing to say."""
+        """Say RELEASED for ``epoch`` if its ledger write landed before what cut ``write`` short (raising the
+        table's format after the commit, reading back the entry that holds). Left ACQUIRED, the epoch would be
+        nobody's: never held, so the stop would not release it, and the next run would count its records as
+        failed acknowledgements although Spark never saw them. RELEASED, the next run writes its own epoch of
+        that number in its place. Where the write did not land there is nothing to say. (Spark's SIGTERM does
+        not cut it short: it waits for the Spark call, ``termination.uninterrupted``.)"""
         try:
             self._store.ledger.set_statuses(self._group_id, {epoch: EpochStatus.RELEASED})
         except Exception as error:  # not ledgered, not this run's, or the store is down: the releases go out anyway

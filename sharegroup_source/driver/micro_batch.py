@@ -31,6 +31,7 @@ from sharegroup_source.kafka.metadata import log_end_offsets, log_offsets
 from sharegroup_source.locations import check_source_locations
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
+from sharegroup_source.termination import uninterrupted
 from state_store import LedgerEntry, SourceCounters, StateStore
 from state_store.ledger import Fence
 from state_store.maintenance import BackgroundMaintenance
@@ -136,7 +137,7 @@ class MicroBatchDriver:
     def latest_offset(self, start: Mapping, max_records: int | None, acquire_ahead: bool = True) -> dict:
         """The next epoch's end offset. ``acquire_ahead``: whether the coordinator may acquire the batch after it
         while Spark runs this one (never under AvailableNow, which the driver knows of when Spark says so)."""
-        with self._lock:
+        with self._lock, uninterrupted():
             idle = False  # nothing new: a batch waits on nothing, so the counters go out at once
             try:
                 offset = self._latest_offset(EpochOffset.of(start), max_records, acquire_ahead)
@@ -171,7 +172,7 @@ class MicroBatchDriver:
         return EpochOffset(epoch, self._fence.state_id)
 
     def plan(self, start: Mapping, end: Mapping) -> list:
-        with self._lock:
+        with self._lock, uninterrupted():
             return self._plan(EpochOffset.of(start), EpochOffset.of(end))
 
     def _plan(self, start: EpochOffset, end: EpochOffset) -> list:
@@ -193,7 +194,7 @@ class MicroBatchDriver:
     def commit(self, epoch: int, at_once: bool = False) -> None:
         """Settle through ``epoch``: called by Spark at the next trigger, and by the commit watcher, which
         settles ``at_once`` rather than with the coordinator's next acquisition (Spark may not ask soon)."""
-        with self._lock:
+        with self._lock, uninterrupted():
             try:
                 self._start((), epoch)
                 self._book.settle_through(epoch)

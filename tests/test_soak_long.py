@@ -12,18 +12,21 @@ import socket
 import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from soak.long.__main__ import JSON_NAME, PNG_NAME, publish
+from soak.long.batches import BatchTimes
 from soak.long.intervals import (
     BatchFigures,
     Interval,
     LaneFigures,
     ProcessFigures,
     RecordFigures,
+    SparkPerStart,
     TableFigures,
     markdown,
 )
@@ -212,6 +215,34 @@ def test_the_sampler_names_a_process_threads_and_descriptors():
     assert abs(sum(during.fd_kinds.values()) - during.fds) <= 1  # each count sees its own scan's directory
 
 
+def with_driver_python_threads(run: list[Interval], grown: int, starts: int) -> list[Interval]:
+    """``run`` whose driver Python gained ``grown`` "python" threads and whose broker lane gained ``starts`` query
+    starts between the second interval and the last."""
+    last = run[-1]
+    python = last.process("driver_python")
+    lanes = {**last.lanes, "broker": replace(last.lane("broker"), query_starts=run[1].lane("broker").query_starts
+                                                                             + starts)}
+    run[-1] = replace(last, lanes=lanes, processes={**last.processes, "driver_python": replace(
+        python, threads=python.threads + grown, thread_names={"python": 20 + grown})})
+    run[1] = replace(run[1], processes={**run[1].processes, "driver_python": replace(
+        run[1].process("driver_python"), thread_names={"python": 20})})
+    return run
+
+
+def test_spark_per_start_threads_are_allowed_per_query_start_and_nothing_more():
+    spark = SparkPerStart(threads={"driver_python": {"python": 1}, "driver_jvm": {"Idle Worker Mon": 1}},
+                          fds={"driver_python": {"socket": 1}}, starts=4)
+    restarted = with_driver_python_threads(flat_run(), grown=200, starts=200)
+    assert failed_names(judge(restarted, OK)) == {"driver Python threads"}  # no allowance measured: fails
+    verdict = judge(restarted, OK, spark)
+    assert verdict.ok, verdict.text()
+    check = next(c for c in verdict.checks if c.name == "driver Python threads")
+    assert "Spark's 1 a query start x 200 starts" in check.detail
+    leaking = judge(with_driver_python_threads(flat_run(), grown=200 + 60, starts=200), OK, spark)
+    assert failed_names(leaking) == {"driver Python threads"}
+    assert next(iter(leaking.failed)).detail.endswith("grew: python +260")
+
+
 def test_a_process_replaced_between_the_intervals_is_not_judged():
     verdict = judge(flat_run(runner_pid=43), OK)
     delta = next(c for c in verdict.checks if c.name == "source runner, delta lane RSS")
@@ -225,10 +256,43 @@ def test_batch_time_growth_fails_and_too_few_batches_is_not_judged():
     verdict = judge(flat_run(p99=BATCH_P99.limit(1500) + 1), OK)
     assert failed_names(verdict) == {"broker lane batch time p99", "delta lane batch time p99"}
     few = flat_run()
-    few[1] = replace(few[1], lanes={lane: replace(figures, batches=BatchFigures(MIN_BATCHES - 1, 500, 900))
-                                    for lane, figures in few[1].lanes.items()})
+    for k in (1, 2):  # the first half after the first interval
+        few[k] = replace(few[k], lanes={lane: replace(figures, batches=BatchFigures(MIN_BATCHES - 1, 500, 900))
+                                        for lane, figures in few[k].lanes.items()})
     checks = {c.name: c for c in judge(few, OK).checks}
     assert checks["broker lane batch time"].ok is None
+    assert checks["broker lane batch time"].detail.startswith(f"{MIN_BATCHES - 1}, {MIN_BATCHES - 1}, 400 batches")
+
+
+def test_a_slow_recovery_in_the_first_half_sets_the_batch_time_baseline():
+    run = flat_run(8, p99=20_000)
+    run[2] = interval(3, p99=20_000)  # a fault's recovery as slow as the last interval's, early in the run
+    assert judge(run, OK).ok, judge(run, OK).text()
+    assert "largest of the first half 20,000, last 20,000 ms" in next(
+        c.detail for c in judge(run, OK).checks if c.name == "broker lane batch time p99")
+    late = flat_run(8, p99=20_000)
+    late[-2] = interval(7, p99=20_000)  # in the second half only: that is growth
+    assert failed_names(judge(late, OK)) == {"broker lane batch time p99", "delta lane batch time p99"}
+
+
+def test_each_run_s_first_batch_is_kept_apart_from_the_steady_batches(tmp_path: Path):
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "query-1"}))
+    times = BatchTimes({"broker": checkpoint})
+
+    def progress(run: str, ms: float, rows: int = 10) -> SimpleNamespace:
+        return SimpleNamespace(progress=SimpleNamespace(id="query-1", runId=run, numInputRows=rows,
+                                                        durationMs={"triggerExecution": ms}))
+
+    for event in [progress("run-1", 30_000), progress("run-1", 500), progress("run-1", 700, rows=0),
+                  progress("run-1", 600), progress("run-2", 25_000), progress("run-2", 400)]:
+        times.onQueryProgress(event)  # type: ignore[arg-type]
+    figures = times.take()["broker"]
+    assert (figures.count, figures.max_ms, figures.first_of_run, figures.first_of_run_max_ms) == (3, 600, 2, 30_000)
+    times.onQueryProgress(progress("run-2", 800))  # type: ignore[arg-type]  # run-2's first was taken before
+    later = times.take()["broker"]
+    assert (later.count, later.first_of_run) == (1, 0)
 
 
 def test_state_that_keeps_growing_fails_even_where_each_step_is_small():

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from soak.environment import add_session_arguments, soak_session
-from soak.long.intervals import Interval, markdown
+from soak.long.intervals import Interval, SparkPerStart, markdown
 from soak.long.plot import plot
 from soak.long.processes import start_tracing
 from soak.long.run import LongSoakPlan, run_long_soak
@@ -41,7 +41,7 @@ def publish(figures: dict[str, Any], out_dir: Path) -> bool:
     intervals = [Interval.from_dict(i) for i in figures["intervals"]]
     outcomes = {lane: LaneOutcome(**{**outcome, "failures": tuple(outcome["failures"])})
                 for lane, outcome in figures["outcomes"].items()}
-    verdict = judge(intervals, outcomes)
+    verdict = judge(intervals, outcomes, SparkPerStart.from_dict(figures.get("spark_per_start")))
     figures["verdict"] = {"ok": verdict.ok, "checks": [vars(check) for check in verdict.checks]}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / JSON_NAME).write_text(json.dumps(figures, indent=1) + "\n")

@@ -5,7 +5,9 @@ an interval of the long soak holds hundreds of batches and the broker lane resta
 minutes. A StreamingQueryListener sees every progress event of the session instead; the lane is
 known by the query's id, which Spark keeps in the checkpoint's ``metadata`` file across restarts.
 Only batches that read records count (an idle trigger reports progress too, without running a
-batch). The listener is called on py4j's callback thread, hence the lock.
+batch). Each run's first such batch (Spark gives every start of a query a new ``runId``) is kept
+apart: after a fault it replays the batch the failed run planned and waits out the killed member's
+locks, which is recovery, not pace. The listener is called on py4j's callback thread, hence the lock.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class BatchTimes(StreamingQueryListener):
         self._lanes: dict[str, str] = {}  # query id -> lane
         self._lock = threading.Lock()
         self._durations: dict[str, list[float]] = {lane: [] for lane in checkpoints}
+        self._firsts: dict[str, list[float]] = {lane: [] for lane in checkpoints}
+        self._runs: set[str] = set()  # runIds whose first batch was seen
 
     def _lane(self, query_id: str) -> str | None:
         if query_id not in self._lanes:
@@ -65,8 +69,11 @@ class BatchTimes(StreamingQueryListener):
             return
         with self._lock:
             lane = self._lane(str(progress.id))
-            if lane is not None:
-                self._durations[lane].append(float(duration))
+            if lane is None:
+                return
+            first = str(progress.runId) not in self._runs
+            self._runs.add(str(progress.runId))
+            (self._firsts if first else self._durations)[lane].append(float(duration))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         return None
@@ -75,12 +82,15 @@ class BatchTimes(StreamingQueryListener):
         return None
 
     def take(self) -> dict[str, BatchFigures]:
-        """Each lane's batches since the last call, as percentiles; the next interval starts empty."""
+        """Each lane's batches since the last call, as percentiles (runs' first batches apart); the next interval
+        starts empty."""
         with self._lock:
             taken, self._durations = self._durations, {lane: [] for lane in self._checkpoints}
+            firsts, self._firsts = self._firsts, {lane: [] for lane in self._checkpoints}
         figures = {}
         for lane, durations in taken.items():
             ordered = sorted(durations)
             figures[lane] = BatchFigures(len(ordered), percentile(ordered, 0.5), percentile(ordered, 0.99),
-                                         ordered[-1] if ordered else None)
+                                         ordered[-1] if ordered else None, len(firsts[lane]),
+                                         max(firsts[lane], default=None))
         return figures

@@ -9,11 +9,12 @@ earlier run's JSON can be judged and drawn again (``python -m soak.long --report
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["LANES", "MB", "ROLES", "BatchFigures", "Interval", "LaneFigures", "ProcessFigures", "RecordFigures",
-           "TableFigures", "markdown", "roots"]
+           "SparkPerStart", "TableFigures", "markdown", "roots"]
 
 #: The two lanes: the soak of soak/run.py on the broker's share group, and the Delta group's query and worker.
 LANES = ("broker", "delta")
@@ -67,12 +68,15 @@ class TableFigures:
 @dataclass(frozen=True)
 class BatchFigures:
     """The batches that finished in the interval (those that read records): how many, and their
-    ``durationMs.triggerExecution`` percentiles."""
+    ``durationMs.triggerExecution`` percentiles; a run's first batch apart (``first_of_run``), since after a fault
+    it is the recovery (the planned batch replayed, the killed member's locks waited out), not the steady pace."""
 
     count: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
     max_ms: float | None = None
+    first_of_run: int = 0
+    first_of_run_max_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,31 @@ class LaneFigures:
     records: RecordFigures = field(default_factory=RecordFigures)
     #: starts of the lane's query so far (the first included): restarts after faults and failures
     query_starts: int = 0
+
+
+@dataclass(frozen=True)
+class SparkPerStart:
+    """Spark's own objects left in the driver per start of a streaming query (soak.long.spark_baseline measures
+    them). Per driver process (``driver_jvm``, ``driver_python``): threads by name and descriptors by kind left per
+    query start."""
+
+    threads: dict[str, dict[str, int]] = field(default_factory=dict)
+    fds: dict[str, dict[str, int]] = field(default_factory=dict)
+    starts: int = 0
+
+    def thread_count(self, role: str) -> int:
+        return sum(self.threads.get(role, {}).values())
+
+    def fd_count(self, role: str) -> int:
+        return sum(self.fds.get(role, {}).values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threads": self.threads, "fds": self.fds, "starts": self.starts}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SparkPerStart:
+        """As :meth:`to_dict` wrote it; none (a run from before the probe) allows nothing."""
+        return cls(**data) if data else cls()
 
 
 @dataclass(frozen=True)
@@ -190,14 +219,16 @@ def _processes(intervals: list[Interval]) -> str:
 def _records(intervals: list[Interval]) -> str:
     headers = ["min"]
     for name in LANES:
-        headers += [f"{name}: batches, p50 / p99 ms", f"{name}: produced / in sink / elsewhere / overdue / duplicated"]
+        headers += [f"{name}: batches, p50 / p99 ms (runs' first batches: n, max ms)",
+                    f"{name}: produced / in sink / elsewhere / overdue / duplicated"]
     rows = []
     for i in intervals:
         row = [_n(i.end_min)]
         for name in LANES:
             lane = i.lane(name)
             b, r = lane.batches, lane.records
-            row += [f"{b.count:,}, {_pair(b.p50_ms, b.p99_ms)}",
+            firsts = f" ({b.first_of_run}, {_n(b.first_of_run_max_ms)})" if b.first_of_run else ""
+            row += [f"{b.count:,}, {_pair(b.p50_ms, b.p99_ms)}{firsts}",
                     _pair(r.produced, r.in_sink, r.elsewhere, r.overdue, r.duplicated)]
         rows.append(row)
     return _table(headers, rows)

@@ -28,8 +28,9 @@ from soak.faults import FAULTS, SoakContext, SoakHooks
 from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane
 from soak.long.footprints import footprints
-from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures
+from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
 from soak.long.processes import driver_jvm, figures_of, jvm_heap, python_heap, task_workers
+from soak.long.spark_baseline import measure_spark_per_start
 from soak.long.tally import SinkTally, record_figures
 from soak.long.verdict import LaneOutcome
 from soak.numbers import NumberSet
@@ -75,9 +76,12 @@ class LongSoakResult:
     outcomes: dict[str, LaneOutcome]
     worker_starts: int
     seconds: float
+    #: what Spark itself leaves in the driver per query start, measured before the lanes started
+    spark_per_start: SparkPerStart
 
     def to_json(self) -> dict[str, Any]:
         return {"seconds": round(self.seconds, 1), "worker_starts": self.worker_starts,
+                "spark_per_start": self.spark_per_start.to_dict(),
                 "intervals": [i.to_dict() for i in self.intervals],
                 "outcomes": {lane: asdict(outcome) for lane, outcome in self.outcomes.items()},
                 # asdict would turn the Counter of faults into counts of (kind, count) pairs
@@ -218,7 +222,11 @@ def _outcome(report: SoakReport, faults: int, extra_duplicates: int = 0,
 
 
 def run_long_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: LongSoakPlan) -> LongSoakResult:
-    """Both lanes for ``plan.minutes``, a sample per interval, then their drains and accounts."""
+    """Spark's own per-start objects first (soak.long.spark_baseline), then both lanes for ``plan.minutes``, a
+    sample per interval, then their drains and accounts."""
+    spark_per_start = measure_spark_per_start(spark, str(work / "spark-baseline"))
+    print(f"Spark's own per query start in the driver: threads {spark_per_start.threads}, descriptors "
+          f"{spark_per_start.fds}", flush=True)
     soak = _LongSoak(spark, kafka, work, plan)
     spark.streams.addListener(soak.batches)
     try:
@@ -238,4 +246,5 @@ def run_long_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: 
                              tuple(f"worker {end}" for end in worker.exits))
     broker_outcome = _outcome(broker, sum(broker.faults.values()))
     return LongSoakResult(soak.sampler.intervals, {"broker": broker, "delta": delta},
-                          {"broker": broker_outcome, "delta": delta_outcome}, worker.starts, soak.elapsed_s)
+                          {"broker": broker_outcome, "delta": delta_outcome}, worker.starts, soak.elapsed_s,
+                          spark_per_start)

@@ -7,8 +7,14 @@ caused. Every tolerance below is a named constant with the reason for its size; 
 judged only where it means something (a process replaced between the two intervals says nothing
 of growth, and is reported as not judged, as is a table too young to have reached its bound).
 
-State is compared with the largest value of the first half of the intervals, not with the interval
-before the last: a table bounded by maintenance reaches its plateau within minutes (the driver
+The driver's threads and descriptors are allowed, on top of their tolerance, what Spark itself leaves
+behind per start of a streaming query (soak.long.spark_baseline, measured in the same run) times
+the lanes' query starts between the two intervals: the broker lane restarts every half minute or
+so under its faults, and each start leaves a thread or two of Spark's that nothing frees.
+
+Batch times and state are compared with the largest value of the first half of the intervals (batch
+times from the second on), not with the interval before the last: a fault's recovery lands in some
+intervals and not others, and a table bounded by maintenance reaches its plateau within minutes (the driver
 maintains every 50 epochs, the Delta group every 200 commits) and then saws up and down between
 rounds, which the largest of several samples covers; a table that grows steadily passes any
 margin against the interval before the last (n against n-1), but not against the first half.
@@ -23,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
-from soak.long.intervals import LANES, MB, ROLES, Interval, ProcessFigures, TableFigures
+from soak.long.intervals import LANES, MB, ROLES, Interval, ProcessFigures, SparkPerStart, TableFigures
 from state_store import StateStore
 from state_store.delta_table import ORPHAN_RETENTION_HOURS
 
@@ -66,19 +72,20 @@ MEMORY: dict[str, Tolerance] = {
 }
 #: Threads per process, second interval against the last: librdkafka runs about ten per client (one per broker and
 #: bootstrap address), and clients come and go (an independent member, the worker's pooled readers, connections
-#: after a broker's restart), as do py4j's callback threads and Spark's cached pools; seen 61-96 in the driver
-#: Python and 62-129 in the worker, up and down (2026-11-28). A leak of one per batch or per restart is far beyond.
+#: after a broker's restart), as do Spark's cached pools; seen 61-96 in the driver Python and 62-129 in the worker, up
+#: and down (2026-11-28). A leak of one per batch is far beyond. What Spark leaves per query start is allowed apart.
 THREADS = Tolerance(0.25, 40)
-#: Open descriptors per process: sockets to three brokers come and go with kills and restarts. (The driver JVM's grew
-#: by about three a query start in 12-minute runs, 2026-11-28: each start left a PythonWorkerFactory behind, with its
-#: idle-worker monitor thread, a listening socket and a selector; the broker lane restarts its query every ~25 s.)
+#: Open descriptors per process: sockets to three brokers come and go with kills and restarts. (Spark's per query
+#: start, allowed apart: the Python data source's worker factory, a listening socket and selectors, in the JVM;
+#: py4j's callback socket in the driver's Python.)
 FDS = Tolerance(0.10, 32)
 #: Batch time p50 (ms): the median moves with what else two cores run at the moment (three brokers, two lanes).
 BATCH_P50 = Tolerance(0.25, 100)
 #: Batch time p99 (ms): of a few hundred batches, the few slowest, which are the ones a fault held up (a partition's
 #: leader killed under the batch, a 1 s pause in the sink): a recovery's time, which swings with where the faults
-#: fell (12-minute runs, 2026-11-28: 3.1-13.8 s on the broker lane, 5.0-35.6 s on the delta lane, up and down). A
-#: batch that slows for good shows in p50 first.
+#: fell (12-minute runs, 2026-11-28: 3.1-13.8 s on the broker lane, 5.0-35.6 s on the delta lane, up and down),
+#: hence the largest of the first half as the baseline. A batch that slows for good shows in p50 first. A run's
+#: first batch is left out of both: after a driver kill it waits out the dead member's locks by design.
 BATCH_P99 = Tolerance(1.0, 10_000)
 #: An interval with fewer batches than this gives no percentile worth comparing.
 MIN_BATCHES = 20
@@ -167,7 +174,23 @@ def _same_processes(second: ProcessFigures, last: ProcessFigures) -> bool:
     return bool(second.pids) and second.pids == last.pids
 
 
-def _memory(second: Interval, last: Interval) -> list[Check]:
+def _starts_between(second: Interval, last: Interval) -> int:
+    return sum(last.lane(lane).query_starts - second.lane(lane).query_starts for lane in LANES)
+
+
+def _with_spark_starts(check: Check, role: str, count: Callable[[str], int], starts: int, baseline: float | None,
+                       last: float | None, tolerance: Tolerance, unit: str) -> Check:
+    """``check`` again with Spark's per-start allowance for ``role`` added to its limit (unchanged without one)."""
+    each = count(role)
+    if not each or not starts or baseline is None or last is None:
+        return check
+    limit = tolerance.limit(baseline) + each * starts
+    return Check(check.name, last <= limit,
+                 f"{baseline:,.1f} -> {last:,.1f} {unit} (limit {tolerance.limit(baseline):,.1f} + Spark's {each} a "
+                 f"query start x {starts} starts = {limit:,.1f})")
+
+
+def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Check]:
     jvm, python = (second.process("driver_jvm"), last.process("driver_jvm")), (
         second.process("driver_python"), last.process("driver_python"))
     checks = [_grew("driver JVM RSS", jvm[0].rss_mb, jvm[1].rss_mb, MEMORY["driver JVM RSS"], "MB"),
@@ -191,10 +214,14 @@ def _memory(second: Interval, last: Interval) -> list[Check]:
         if not _same_processes(before, after):
             checks.append(Check(f"{ROLES[role]} threads and descriptors", None, "restarted in between"))
             continue
-        checks.append(_named(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS, "threads"),
-                             before.thread_names, after.thread_names))
-        checks.append(_named(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"),
-                             before.fd_kinds, after.fd_kinds))
+        starts = _starts_between(second, last)
+        threads = _with_spark_starts(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS,
+                                           "threads"), role, spark.thread_count, starts, before.threads,
+                                     after.threads, THREADS, "threads")
+        fds = _with_spark_starts(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"), role,
+                                 spark.fd_count, starts, before.fds, after.fds, FDS, "fds")
+        checks.append(_named(threads, before.thread_names, after.thread_names))
+        checks.append(_named(fds, before.fd_kinds, after.fd_kinds))
     return checks
 
 
@@ -207,17 +234,29 @@ def _named(check: Check, before: Mapping[str, int], after: Mapping[str, int], mo
 
 
 # -- batch times --------------------------------------------------------------------------------
-def _batches(second: Interval, last: Interval) -> list[Check]:
+def _batches(intervals: list[Interval]) -> list[Check]:
+    """Each lane's steady batches in the last interval against the largest of the first half's, from the second."""
+    earlier, last = intervals[1:max(2, math.ceil(len(intervals) / 2))], intervals[-1]
     checks = []
     for lane in LANES:
-        before, after = second.lane(lane).batches, last.lane(lane).batches
-        if min(before.count, after.count) < MIN_BATCHES:
-            checks.append(Check(f"{lane} lane batch time", None,
-                                f"{before.count} and {after.count} batches: fewer than {MIN_BATCHES}"))
+        judged = [i.lane(lane).batches for i in earlier if i.lane(lane).batches.count >= MIN_BATCHES]
+        after = last.lane(lane).batches
+        if not judged or after.count < MIN_BATCHES:
+            counts = ", ".join(str(i.lane(lane).batches.count) for i in [*earlier, last])
+            checks.append(Check(f"{lane} lane batch time", None, f"{counts} batches: fewer than {MIN_BATCHES}"))
             continue
-        checks.append(_grew(f"{lane} lane batch time p50", before.p50_ms, after.p50_ms, BATCH_P50, "ms"))
-        checks.append(_grew(f"{lane} lane batch time p99", before.p99_ms, after.p99_ms, BATCH_P99, "ms"))
+        for name, figure, tolerance in (("p50", "p50_ms", BATCH_P50), ("p99", "p99_ms", BATCH_P99)):
+            peak = max(getattr(b, figure) or 0.0 for b in judged)
+            value = getattr(after, figure)
+            limit = tolerance.limit(peak)
+            checks.append(Check(f"{lane} lane batch time {name}", value is not None and value <= limit,
+                                f"largest of the first half {peak:,.0f}, last {_or_dash(value)} ms "
+                                f"(limit {limit:,.0f})"))
     return checks
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 # -- state --------------------------------------------------------------------------------------
@@ -288,11 +327,14 @@ def _records(outcomes: dict[str, LaneOutcome]) -> list[Check]:
     return checks
 
 
-def judge(intervals: list[Interval], outcomes: dict[str, LaneOutcome]) -> Verdict:
-    """Every check on the run's intervals and the lanes' outcomes."""
+def judge(intervals: list[Interval], outcomes: dict[str, LaneOutcome],
+          spark: SparkPerStart | None = None) -> Verdict:
+    """Every check on the run's intervals and the lanes' outcomes; ``spark``: what Spark leaves in the driver per
+    query start, measured in the same run (none allows nothing)."""
     checks: list[Check] = []
     if len(intervals) < 3:
         checks.append(Check("growth", None, f"{len(intervals)} intervals: needs 3 (start-up, a second, a last)"))
     else:
-        checks += _memory(intervals[1], intervals[-1]) + _batches(intervals[1], intervals[-1]) + _state(intervals)
+        checks += (_memory(intervals[1], intervals[-1], spark or SparkPerStart()) + _batches(intervals)
+                   + _state(intervals))
     return Verdict(tuple(checks + _records(outcomes)))

@@ -171,9 +171,21 @@ class KafkaCluster:
         self.nodes[node_id].stop()
 
     def restart(self, node_id: int, timeout_s: float = 90.0) -> None:
-        """Start a killed or stopped node again on its data, and wait until it is back in every ISR."""
+        """Start a killed or stopped node again on its data, wait until it answers, then until it is back in every
+        ISR."""
         self.nodes[node_id].start()
+        self._wait_answering([node_id], timeout_s)
         self.wait_in_sync(timeout_s)
+
+    def _wait_answering(self, node_ids: list[int], timeout_s: float) -> None:
+        """Wait until each of ``node_ids`` answers a metadata request itself. Until a killed node's session times
+        out, the controller still lists it among the brokers with its replicas in sync, so the cluster's metadata
+        says "in sync" while the node is still starting: a check of the ISRs alone passed at once, and the long
+        soak's next fault took a second node down with the first (2026-11-29: two of three nodes starting at
+        once, no controller quorum, a replay read that found no leader for 30 s)."""
+        for node_id in node_ids:
+            node = self.nodes[node_id]
+            wait_ready(node.address, 1, [node], timeout_s)
 
     def pause(self, node_id: int) -> None:
         """Freeze one node (SIGSTOP): its connections stay open and nothing answers, as behind a dead host."""
@@ -198,6 +210,7 @@ class KafkaCluster:
         self.resume()
         for node in self.nodes.values():
             node.start()
+        self._wait_answering(list(self.nodes), timeout_s)
         self.wait_in_sync(timeout_s)
 
     # -- where things are -------------------------------------------------------------------------

@@ -178,16 +178,14 @@ def _starts_between(second: Interval, last: Interval) -> int:
     return sum(last.lane(lane).query_starts - second.lane(lane).query_starts for lane in LANES)
 
 
-def _with_spark_starts(check: Check, role: str, count: Callable[[str], int], starts: int, baseline: float | None,
-                       last: float | None, tolerance: Tolerance, unit: str) -> Check:
-    """``check`` again with Spark's per-start allowance for ``role`` added to its limit (unchanged without one)."""
-    each = count(role)
+def _grew_with_starts(name: str, baseline: float | None, last: float | None, tolerance: Tolerance, unit: str,
+                      each: int, starts: int) -> Check:
+    """:func:`_grew`, with Spark's ``each`` a query start times ``starts`` added to the limit where there are any."""
     if not each or not starts or baseline is None or last is None:
-        return check
+        return _grew(name, baseline, last, tolerance, unit)
     limit = tolerance.limit(baseline) + each * starts
-    return Check(check.name, last <= limit,
-                 f"{baseline:,.1f} -> {last:,.1f} {unit} (limit {tolerance.limit(baseline):,.1f} + Spark's {each} a "
-                 f"query start x {starts} starts = {limit:,.1f})")
+    return Check(name, last <= limit, f"{baseline:,.1f} -> {last:,.1f} {unit} (limit {tolerance.limit(baseline):,.1f} "
+                                      f"+ Spark's {each} a query start x {starts} starts = {limit:,.1f})")
 
 
 def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Check]:
@@ -209,17 +207,16 @@ def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Chec
                                             f"{list(after.pids)}): restarted in between"))
             continue
         checks.append(_grew(name, before.rss_mb, after.rss_mb, MEMORY[ROLES[role]], "MB"))
+    starts = _starts_between(second, last)
     for role in ("driver_jvm", "driver_python", "worker"):
         before, after = second.process(role), last.process(role)
         if not _same_processes(before, after):
             checks.append(Check(f"{ROLES[role]} threads and descriptors", None, "restarted in between"))
             continue
-        starts = _starts_between(second, last)
-        threads = _with_spark_starts(_grew(f"{ROLES[role]} threads", before.threads, after.threads, THREADS,
-                                           "threads"), role, spark.thread_count, starts, before.threads,
-                                     after.threads, THREADS, "threads")
-        fds = _with_spark_starts(_grew(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds"), role,
-                                 spark.fd_count, starts, before.fds, after.fds, FDS, "fds")
+        threads = _grew_with_starts(f"{ROLES[role]} threads", before.threads, after.threads, THREADS, "threads",
+                                    spark.thread_count(role), starts)
+        fds = _grew_with_starts(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds",
+                                spark.fd_count(role), starts)
         checks.append(_named(threads, before.thread_names, after.thread_names))
         checks.append(_named(fds, before.fd_kinds, after.fd_kinds))
     return checks

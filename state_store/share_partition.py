@@ -267,10 +267,16 @@ class SharePartition:
             self._map(first, last, functools.partial(self._settle_held, ack=ack))
         self._normalize()
 
-    def release_member(self, member_id: str, now_ms: int) -> int:
-        """Give back everything ``member_id`` holds (its share session closed); returns the record count."""
+    def release_member(self, member_id: str, now_ms: int, keep: Sequence[tuple[int, int]] = ()) -> int:
+        """Give back everything ``member_id`` holds (its share session closed) but the records within ``keep``
+        (first, last): a stopping query's run keeps the epochs Spark runs again locked for its next run. Returns
+        the record count given back."""
         self.expire_locks(now_ms)
-        held = [b for b in self._batches if b.state is RecordState.ACQUIRED and b.member_id == member_id]
+        for first, last in keep:  # a batch then lies wholly inside a kept range or wholly outside every one
+            self._split(first)
+            self._split(last + 1)
+        held = [b for b in self._batches if b.state is RecordState.ACQUIRED and b.member_id == member_id
+                and not any(first <= b.first and b.last <= last for first, last in keep)]
         for b in held:
             self._put(self._settle(b, AckType.RELEASE))
         self._normalize()
@@ -284,22 +290,13 @@ class SharePartition:
         a lock another member may since have taken over. Records of the member outside ``ranges`` are
         left to expire: an acquisition whose answer the member never got is not renewed forever.
         """
-        self.expire_locks(now_ms)
-        deadline = now_ms + self.config.lock_duration_ms
-        renewed = 0
+        return self._relock(member_id, member_id, ranges, now_ms)
 
-        def renew(batch: StateBatch) -> StateBatch:
-            nonlocal renewed
-            if batch.state is not RecordState.ACQUIRED or batch.member_id != member_id:
-                return batch
-            renewed += batch.last - batch.first + 1
-            return replace(batch, lock_deadline_ms=deadline)
-
-        for first, last in ranges:
-            if first < self.speo and last >= self._spso:
-                self._map(max(first, self._spso), min(last, self.speo - 1), renew)
-        self._normalize()
-        return renewed
+    def hand_over(self, member_id: str, to_member_id: str, ranges: Sequence[tuple[int, int]], now_ms: int) -> int:
+        """Make ``to_member_id`` the holder of the live locks ``member_id`` holds within ``ranges`` (first, last),
+        for a full lock duration from ``now_ms``: a restarted query's run takes over what its earlier run held of
+        the epochs Spark runs again, so no other member gets them in between. Returns the record count."""
+        return self._relock(member_id, to_member_id, ranges, now_ms)
 
     def reset(self, offset: int) -> int:
         """Start the share-partition afresh at ``offset`` (KIP-932's alterShareGroupOffsets); returns the
@@ -331,6 +328,25 @@ class SharePartition:
         return sum(b.last - b.first + 1 for b in expired)
 
     # -- internals ---------------------------------------------------------------------------
+    def _relock(self, member_id: str, to_member_id: str, ranges: Sequence[tuple[int, int]], now_ms: int) -> int:
+        """Lock ``member_id``'s live records within ``ranges`` for ``to_member_id`` a full duration from ``now_ms``."""
+        self.expire_locks(now_ms)
+        deadline = now_ms + self.config.lock_duration_ms
+        relocked = 0
+
+        def relock(batch: StateBatch) -> StateBatch:
+            nonlocal relocked
+            if batch.state is not RecordState.ACQUIRED or batch.member_id != member_id:
+                return batch
+            relocked += batch.last - batch.first + 1
+            return replace(batch, member_id=to_member_id, lock_deadline_ms=deadline)
+
+        for first, last in ranges:
+            if first < self.speo and last >= self._spso:
+                self._map(max(first, self._spso), min(last, self.speo - 1), relock)
+        self._normalize()
+        return relocked
+
     def _settle_held(self, batch: StateBatch, ack: AckType) -> StateBatch:
         return batch if batch.is_gap else self._settle(batch, ack)
 

@@ -20,7 +20,7 @@ from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.driver.acknowledger import Acknowledger
 from sharegroup_source.driver.epoch_book import EpochBook
 from sharegroup_source.schema import NO_RECORDS, POSITIONS, arrow_schema
-from state_store import SourceCounters, StateStore
+from state_store import OffsetRange, SourceCounters, StateStore
 from state_store.maintenance import BackgroundMaintenance
 
 
@@ -41,6 +41,7 @@ class Deferred:
 
 class FakeCoordinator:
     member_id = "fake-member"
+    next_run_takes_over = False  # the book is told apart (driver_parts' hand_over)
 
     def __init__(self, partitions: Mapping[str, int] | None = None, lock_duration_ms: int | None = 30_000):
         self.partitions = dict(partitions or {"t": 2})
@@ -51,12 +52,14 @@ class FakeCoordinator:
         self.failing: dict[tuple[str, int], str] = {}  # share-partitions whose acknowledgements fail
         self.deferred = False  # outcomes settle only when waited for
         self.archived_positions = POSITIONS.empty_table()  # what the next archived call returns
+        self.taken_over: list[OffsetRange] = []  # what take_over was given
+        self.kept: list[OffsetRange] = []  # what close was told to keep locked
 
     def starts_at(self) -> str | None:
         return None
 
-    def take_over(self) -> None:
-        pass
+    def take_over(self, unsettled: Sequence[OffsetRange]) -> None:
+        self.taken_over = list(unsettled)
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         self.acquire_calls += 1
@@ -75,8 +78,8 @@ class FakeCoordinator:
                     if any((a.topic, a.partition) == key for a in acks)}
         return Deferred(failures) if self.deferred else Settled(failures)
 
-    def close(self) -> None:
-        pass
+    def close(self, keep: Sequence[OffsetRange] = ()) -> None:
+        self.kept = list(keep)
 
     def runs(self) -> list[tuple[str, int, int, int, str]]:
         """Every run acknowledged so far, as (topic, partition, first, last, type)."""
@@ -115,16 +118,19 @@ class Parts:
 
 
 def driver_parts(root: Path, run_id: str = "run-1", lock_duration_ms: int | None = 30_000,
-                 maintain_every: int = 1000, maintain: Callable[[], object] = lambda: None) -> Parts:
-    """A started run at ``root / "state"``: its fence is in the ledger and its book read what earlier runs left."""
+                 maintain_every: int = 1000, maintain: Callable[[], object] = lambda: None,
+                 hand_over: bool = False) -> Parts:
+    """A started run at ``root / "state"``: its fence is in the ledger and its book read what earlier runs left
+    (and, with ``hand_over``, took their unsettled epochs over, as the delta coordinator's runs do)."""
     store = StateStore(str(root / "state"))
     coordinator, counters = FakeCoordinator(lock_duration_ms=lock_duration_ms), SourceCounters()
     acks = Acknowledger(coordinator, store, "q", counters, lock_duration_ms, _never_read, "127.0.0.1:9092")  # type: ignore[arg-type]
     maintenance = BackgroundMaintenance(maintain, "test state")
-    book = EpochBook(store, "q", run_id, acks, counters, lock_duration_ms=lock_duration_ms, state_shown="/the/state",
-                     maintenance=maintenance, maintain_every=maintain_every)
+    book = EpochBook(store, "q", run_id, acks, counters, lock_duration_ms=lock_duration_ms, hand_over=hand_over,
+                     state_shown="/the/state", maintenance=maintenance, maintain_every=maintain_every)
     store.ledger.fence("q", run_id)
     book.read_ledger()
+    coordinator.take_over(book.take_over_unsettled())
     return Parts(store, coordinator, counters, acks, book, maintenance)
 
 

@@ -357,3 +357,56 @@ def test_a_killed_workers_records_come_back_once_with_delivery_count_2(kafka, tm
     members = GroupStore.existing(str(setup.group_location)).members()
     assert sorted(m.left_at_ms is None for m in members) == [False, True], "the killed worker never left; the other did"
     assert all(not batches for batches in setup.in_flight().values())
+
+
+@pytest.mark.timing
+def test_a_failed_batch_is_replayed_to_the_sink_and_no_worker_gets_its_records(spark, kafka, tmp_path):
+    """Batch 1 fails in the sink while a worker shares the queue: the failed query leaves the epoch Spark will run
+    again locked for its next run, which takes the locks over and replays it. Every record once, in the sink or
+    the worker's file; the failed batch's records reach the sink once, never the worker, and nothing in the sink
+    was delivered twice."""
+    setup = _setup(kafka, tmp_path, partitions=2)
+    produced = kafka.produce_numbered(setup.topic, 1000, 2)
+    output = tmp_path / "worker.txt"
+    output.touch()
+    config = worker_config(kafka, setup.group, setup.group_location, **{"max.poll.records": 100})
+    worker = spawn(config, setup.topic, "share", str(output))
+    try:
+        assert worker.stdout.readline().strip() == "joined"
+
+        def batch_1_fails(frame, batch_id):
+            if batch_id == 1:
+                raise RuntimeError("the sink failed in batch 1")
+            return frame
+
+        options = {"maxRecordsPerTrigger": 100, "share.record.lock.duration.ms": 60_000}
+        failing = setup.batch_sink(spark, batch_1_fails, available_now=False, **options)
+        with pytest.raises(Exception, match="the sink failed in batch 1"):
+            failing.awaitTermination(180)
+        failed = max(setup.ledger_entries(), key=lambda e: e.epoch)
+        tell(worker, "go")  # the queue is the worker's alone until the query is back
+        wait_for(lambda: len(_accepted_by_workers([output])) >= 300, 120, "the worker to accept 300 records",
+                 state=lambda: f"{len(_accepted_by_workers([output]))} accepted")
+        tell(worker, "stop")
+        assert worker.wait(60) == 0
+    finally:
+        worker.kill()
+    taken = _accepted_by_workers([output])
+    query = setup.batch_sink(spark, available_now=False, **options)
+    try:
+        wait_for(lambda: len(setup.sink_rows(spark)) + len(taken) >= len(produced) and setup.every_epoch_settled(),
+                 180, "every record in the sink or the worker's file, and every epoch settled", interval_s=1,
+                 state=lambda: setup.describe(spark))
+    finally:
+        query.stop()
+    assert query.exception() is None
+    sink = setup.sink_rows(spark)
+    assert_exactly_once(sink + taken, produced)
+    assert (failed.epoch, failed.status) == (2, "ACQUIRED"), "batch 1 (epoch 2) was left locked for the next run"
+    epoch_2 = {(r.partition, f"record-{offset * 2 + r.partition}".encode()) for r in failed.ranges
+               for offset in r.offsets()}  # produce_numbered's record n is at offset n // 2 of partition n % 2
+    batch_1 = spark.read.parquet(str(setup.sink / "batch=1")).select("partition", "value", "deliveryCount").collect()
+    assert {(r.partition, bytes(r.value)) for r in batch_1} == epoch_2 and len(batch_1) == 100
+    assert {dc for *_, dc in sink} == {1}, "a record in the sink was delivered twice"
+    assert taken and not epoch_2 & {(p, v) for p, v, _ in taken}, "the worker got the failed batch's records"
+    assert all(not batches for batches in setup.in_flight().values())

@@ -134,6 +134,41 @@ def test_an_earlier_runs_epochs_are_settled_as_failed_and_expected_back(tmp_path
     assert (run.book.emitted.epoch_of("t", 0, 1), run.book.emitted.epoch_of("t", 1, 1)) == (1, 2)
 
 
+def test_where_runs_hand_over_a_stop_keeps_its_epochs_held_for_the_next_run(tmp_path):
+    earlier = driver_parts(tmp_path, run_id="run-0", hand_over=True)
+    earlier.book.write(1, records("t", 0, [0, 1]), acquired_at_ms=0)
+    earlier.book.write(2, pa.concat_tables([records("t", 0, [2, 3, 5]), records("t", 1, [0])]), acquired_at_ms=0)
+    earlier.book.settle_through(1)
+    earlier.book.record_settled()  # as the stop does, settling what Spark committed first
+    kept = earlier.book.release_held()
+    assert [(r.topic, r.partition, r.spans()) for r in kept] == [("t", 0, [(2, 3), (5, 5)]), ("t", 1, [(0, 0)])]
+    assert earlier.coordinator.runs() == [("t", 0, 0, 1, "ACCEPT")], "nothing released"
+    assert (earlier.status(1), earlier.status(2)) == ("ACKED", "ACQUIRED")
+    assert earlier.counters.released == 0 and earlier.book.held(2) is None
+
+    run = driver_parts(tmp_path, hand_over=True)
+    assert [(r.topic, r.partition, r.spans()) for r in run.coordinator.taken_over] == [
+        ("t", 0, [(2, 3), (5, 5)]), ("t", 1, [(0, 0)])], "what the earlier run held, for the coordinator to take over"
+    assert run.book.held(2) == earlier.store.ledger.get("q", 2), "settled as this run's own"
+    run.book.settle_through(2)
+    assert run.coordinator.runs() == [("t", 0, 2, 3, "ACCEPT"), ("t", 0, 5, 5, "ACCEPT"), ("t", 1, 0, 0, "ACCEPT")]
+    run.book.record_settled()
+    assert run.status(2) == "ACKED" and run.counters.ack_failures == 0
+    assert run.book.emitted.epoch_of("t", 0, 3) is None, "accepted: nothing of it comes back"
+
+
+def test_a_taken_over_epoch_whose_locks_lapsed_fails_and_is_expected_back(tmp_path):
+    earlier = driver_parts(tmp_path, run_id="run-0", hand_over=True)
+    earlier.book.write(1, records("t", 0, [0, 1, 2]), acquired_at_ms=0)
+    earlier.book.release_held()
+    run = driver_parts(tmp_path, hand_over=True)
+    run.coordinator.failing = {("t", 0): "another member took them when the locks lapsed"}
+    run.book.settle_through(1)
+    run.book.record_settled()
+    assert run.status(1) == "ACK_FAILED" and run.counters.ack_failures == 3
+    assert run.book.emitted.epoch_of("t", 0, 2) == 1, "its records are deduplicated if they come back"
+
+
 def test_a_released_epoch_spark_runs_again_is_emitted_again(tmp_path):
     earlier = driver_parts(tmp_path, run_id="run-0")
     earlier.book.write(1, records("t", 0, [4, 5]), acquired_at_ms=0)

@@ -239,6 +239,30 @@ def test_release_member_gives_back_only_its_records() -> None:
     assert holders(sp) == {2: "b", 3: "b"}
 
 
+def test_release_member_keeps_the_spans_it_is_told_to_keep() -> None:
+    sp = SharePartition(0, ShareConfig(lock_duration_ms=30_000))
+    sp.acquire("a", 10, now_ms=0, log_end_offset=20)  # 0-9
+    sp.acquire("b", 2, now_ms=0, log_end_offset=20)  # 10-11
+    assert sp.release_member("a", now_ms=1, keep=[(2, 4), (8, 8)]) == 6
+    assert [(b.first, b.last, b.state, b.member_id) for b in sp.batches] == [
+        (0, 1, AV, None), (2, 4, AQ, "a"), (5, 7, AV, None), (8, 8, AQ, "a"), (9, 9, AV, None), (10, 11, AQ, "b")]
+    assert sp.release_member("b", now_ms=1, keep=[(2, 4)]) == 2, "only the member's own records are kept"
+
+
+def test_hand_over_makes_another_member_the_holder_of_live_locks_within_its_spans() -> None:
+    sp = SharePartition(0, ShareConfig(lock_duration_ms=30_000))
+    sp.acquire("run-0", 5, now_ms=0, log_end_offset=20)  # 0-4, until 30,000
+    sp.acquire("run-0", 5, now_ms=10_000, log_end_offset=20)  # 5-9, until 40,000
+    sp.acquire("w", 2, now_ms=10_000, log_end_offset=20)  # 10-11
+    assert sp.hand_over("run-0", "run-1", [(0, 7), (10, 11)], now_ms=35_000) == 3  # 0-4 lapsed; not w's 10-11
+    holders_now = {(b.first, b.last): (b.state, b.member_id, b.lock_deadline_ms) for b in sp.batches}
+    assert holders_now == {(0, 4): (AV, None, None), (5, 7): (AQ, "run-1", 65_000), (8, 9): (AQ, "run-0", 40_000),
+                           (10, 11): (AQ, "w", 40_000)}
+    with pytest.raises(InvalidRecordStateError, match="ACQUIRED by member run-1"):
+        sp.acknowledge("run-0", [(5, 7, ACCEPT)], now_ms=36_000)
+    sp.acknowledge("run-1", [(5, 7, ACCEPT)], now_ms=36_000)
+
+
 def test_adjacent_equal_batches_merge() -> None:
     sp = SharePartition(0)
     for first in range(0, 100, 10):

@@ -15,6 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
+from state_store import OffsetRange
 
 __all__ = ["Coordinator", "Failures", "Outcome", "Settled"]
 
@@ -70,9 +71,17 @@ class Coordinator(Protocol):
         or ``earliest``; None when it cannot tell. Asked only to explain an empty first acquisition."""
         ...
 
-    def take_over(self) -> None:
-        """The ledger fenced the query's earlier runs: give back at once what they still hold in the group.
-        Called only once the checkpoint was accepted, so a run that is refused takes nothing from a live one."""
+    @property
+    def next_run_takes_over(self) -> bool:
+        """Whether the query's next run can take over this run's locks (``take_over``): a stop then leaves the
+        epochs Spark runs again locked for it, rather than giving their records to other members first."""
+        ...
+
+    def take_over(self, unsettled: Sequence[OffsetRange]) -> None:
+        """The ledger fenced the query's earlier runs: where ``next_run_takes_over``, this member becomes the
+        holder of what they still hold of ``unsettled`` (the records of their epochs Spark runs again), and the
+        rest they hold goes back to the group at once. Called only once the checkpoint was accepted, so a run
+        that is refused takes nothing from a live one."""
         ...
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
@@ -107,6 +116,7 @@ class Coordinator(Protocol):
         """
         ...
 
-    def close(self) -> None:
-        """Leave the group; records still held go back when their locks expire."""
+    def close(self, keep: Sequence[OffsetRange] = ()) -> None:
+        """Leave the group, giving back what is held but ``keep`` (only where ``next_run_takes_over``): the records
+        of the epochs Spark runs again, locked for the query's next run until their locks run out."""
         ...

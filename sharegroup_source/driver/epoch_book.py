@@ -4,8 +4,9 @@ Every epoch a run acquires is written to the ledger before Spark sees its offset
 (with its payload, when the records passed through the driver) until Spark commits it; then
 it is handed to the acknowledger, and once the coordinator settled it the book records ACKED
 or ACK_FAILED, with the next ledger write (one commit per steady epoch). Epochs of earlier runs
-count too: an unsettled one lost its locks with its member, one RELEASEd on stop may have been
-committed by Spark after all; either way its records come back. The emitted index keeps every
+count too: an unsettled one lost its locks with its member (unless the query's runs hand their locks
+over, and then this run holds it as its own), one RELEASEd on stop may have been committed by Spark
+after all; either way its records come back. The emitted index keeps every
 epoch whose records may still come back, so a redelivery is settled as decided for it then
 rather than emitted twice. The book is the only writer of epochs and their statuses.
 """
@@ -35,18 +36,21 @@ class EpochBook:
     """The epochs of run ``run_id`` of query ``group_id`` and the ledger they are written to.
 
     ``lock_duration_ms``: how long an acquired record stays locked (None: renewed while the member lives).
-    ``state_shown``: the state location as messages print it. ``maintenance`` is requested every
-    ``maintain_every`` epochs settled, so the state tables stay small."""
+    ``hand_over``: the query's next run takes over this run's locks (``Coordinator.next_run_takes_over``), so
+    the epochs Spark runs again pass from run to run held, never through another member. ``state_shown``: the
+    state location as messages print it. ``maintenance`` is requested every ``maintain_every`` epochs settled,
+    so the state tables stay small."""
 
     def __init__(self, store: StateStore, group_id: str, run_id: str, acks: Acknowledger, counters: SourceCounters,
-                 *, lock_duration_ms: int | None, state_shown: str, maintenance: BackgroundMaintenance,
-                 maintain_every: int):
+                 *, lock_duration_ms: int | None, hand_over: bool, state_shown: str,
+                 maintenance: BackgroundMaintenance, maintain_every: int):
         self._store = store
         self._group_id = group_id
         self._run_id = run_id
         self._acks = acks
         self._counters = counters
         self._lock_duration_ms = lock_duration_ms
+        self._hand_over = hand_over
         self._state_shown = state_shown
         self._maintenance = maintenance
         self._maintain_every = maintain_every
@@ -76,6 +80,18 @@ class EpochBook:
         # emitted again
         self._released = {
             e.epoch: e for e in self._store.ledger.entries(self._group_id, statuses=(EpochStatus.RELEASED,))}
+
+    def take_over_unsettled(self) -> tuple[OffsetRange, ...]:
+        """Where the query's runs hand over (``hand_over``), hold the earlier runs' unsettled epochs as this run's:
+        Spark runs them again or has committed them, and this run settles them, unless the coordinator could
+        not take their locks over (they lapsed), and then their acknowledgements fail and the records come back
+        as those of any epoch whose acknowledgement failed. Returns their offset ranges, for the coordinator to
+        take over; nothing where runs do not hand over: those epochs' locks died with their member."""
+        if not self._hand_over:
+            return ()
+        taken, self._foreign = self._foreign, {}
+        self._held.update(taken)
+        return tuple(r for entry in taken.values() for r in entry.ranges)
 
     # -- acquired epochs ---------------------------------------------------------------
     def write(self, epoch: int, fresh: pa.Table, acquired_at_ms: int) -> None:
@@ -187,19 +203,28 @@ class EpochBook:
             self._settled = {**settled, **self._settled}
             raise
 
-    def release_held(self) -> None:
-        """Give the epochs this run holds back to the group (a stop), so other members need not wait for expiry.
+    def release_held(self) -> tuple[OffsetRange, ...]:
+        """What a stop does with the epochs this run holds: Spark runs them again in the query's next run.
 
-        The ledger says RELEASED first: if the process dies before the acks leave, the locks expire anyway. The
-        acks leave whatever that write met; where it failed, the epochs stay ACQUIRED in the ledger, and the next
-        run counts their records as failed acknowledgements and deduplicates them when they come back."""
+        Where runs hand over, they stay held, ACQUIRED in the ledger: returns their offset ranges, which the
+        coordinator leaves locked for the next run to take over (if none comes within a lock duration, the locks
+        run out and other members get the records). Elsewhere they go back to the group, so other members need
+        not wait for expiry, and the ledger says RELEASED first: if the process dies before the acks leave, the
+        locks expire anyway. The acks leave whatever that write met; where it failed, the epochs stay ACQUIRED in
+        the ledger, and the next run counts their records as failed acknowledgements and deduplicates them when
+        they come back."""
         entries = [self._held[e] for e in sorted(self._held)]
         self._held.clear()
         self._payload.clear()
+        if self._hand_over:
+            if entries:
+                log.info("group %s: epochs %s stay locked for the query's next run, which runs them again",
+                         self._group_id, [e.epoch for e in entries])
+            return tuple(r for entry in entries for r in entry.ranges)
         acks = [AckRun(r.topic, r.partition, first, last, AckType.RELEASE)
                 for e in entries for r in e.ranges for first, last in r.spans()]
         if not acks:
-            return
+            return ()
         try:
             self._store.ledger.set_statuses(self._group_id, {e.epoch: EpochStatus.RELEASED for e in entries})
         except FencedError as fenced:  # the records go back all the same: no other run holds them
@@ -212,6 +237,7 @@ class EpochBook:
             raise
         finally:
             self._acks.send(acks)
+        return ()
 
     # -- redeliveries ------------------------------------------------------------------
     @property

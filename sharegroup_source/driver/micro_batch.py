@@ -32,7 +32,7 @@ from sharegroup_source.locations import check_source_locations
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.termination import uninterrupted
-from state_store import LedgerEntry, SourceCounters, StateStore
+from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.ledger import Fence
 from state_store.maintenance import BackgroundMaintenance
 
@@ -89,7 +89,9 @@ class MicroBatchDriver:
                                   functools.partial(read_back, client_config=options.replay_config),
                                   options.bootstrap_servers)
         self._book = EpochBook(self.store, self._group_id, self._run_id, self._acks, self.counters,
-                               lock_duration_ms=lock_duration_ms, state_shown=options.state_location_shown,
+                               lock_duration_ms=lock_duration_ms,
+                               hand_over=self._coordinator.next_run_takes_over,
+                               state_shown=options.state_location_shown,
                                maintenance=self._maintenance, maintain_every=MAINTAIN_EVERY_EPOCHS)
         self._admission = Admission(self._coordinator, self._acks, self._book, options, self.counters,
                                     lock_duration_ms)
@@ -123,8 +125,8 @@ class MicroBatchDriver:
             return
         self._fence = self.store.ledger.fence(self._group_id, self._run_id,
                                               check=lambda view: self._checkpoint.check(view, offsets, position))
-        self._coordinator.take_over()
         self._book.read_ledger()
+        self._coordinator.take_over(self._book.take_over_unsettled())
         if self._commit_log is not None:
             self._watcher = CommitWatcher(self._commit_log, functools.partial(self.commit, at_once=True),
                                           self._record_settled_between_batches)
@@ -214,6 +216,7 @@ class MicroBatchDriver:
                 self._stop()
 
     def _stop(self) -> None:
+        kept: tuple[OffsetRange, ...] = ()  # epochs Spark runs again, locked for the next run where it takes over
         try:
             try:
                 self._settle_committed()
@@ -224,10 +227,10 @@ class MicroBatchDriver:
                 try:
                     self._admission.give_back()
                 finally:
-                    self._book.release_held()
+                    kept = self._book.release_held()
         finally:
             try:
-                self._coordinator.close()
+                self._coordinator.close(kept)
                 self._acks.dead_letter_archived()  # a RELEASE at the limit archives
             finally:
                 self._publish_counters(left=True)

@@ -6,16 +6,21 @@ are delta_group_settings' (the worker asks for the same ones, so whichever joins
 group as the other expects it), and the end is soak.run.account's, the worker's records counting
 as another member's (those of a commit that raised as its unanswered ACCEPTs). The worker runs in
 a process of its own (soak/long/worker.py) and is started again whenever it ends; each end is
-kept, with the last line its stderr had, for the verdict. The lane runs while the broker lane's
-loop calls :meth:`DeltaLane.keep_running`; the cluster's faults reach it through the cluster, not
-through a fault of its own.
+kept, with the last line its stderr had, for the verdict. A thread of the lane's own starts the
+query and the worker again within a second of their end, whatever the broker lane is doing (its
+loop stands still while a broker restarts): a failed query's next run takes over the epochs Spark
+runs again only while their locks last, so the lane's group has Kafka's default lock duration
+(30 s), not the broker lane's short one. The cluster's faults reach the lane through the cluster,
+not through a fault of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -39,6 +44,10 @@ __all__ = ["DeltaLane", "WorkerProcess"]
 WORKER_MAX_POLL_RECORDS = 100
 #: How long a worker may take to leave the group on SIGTERM before it is killed.
 WORKER_STOP_S = 60.0
+#: The lane's group's lock duration: Kafka's default, within which a failed query's next run takes over its epochs.
+DELTA_LOCK_MS = 30_000
+#: How often the lane's thread looks whether the query or the worker ended.
+KEEP_RUNNING_EVERY_S = 0.5
 
 
 class WorkerProcess:
@@ -97,6 +106,7 @@ class DeltaLane:
     """The lane's query, worker and producer under ``work``; built, started, kept running and accounted for."""
 
     def __init__(self, spark: SparkSession, kafka: KafkaUnderTest, work: Path, settings: SoakSettings):
+        settings = dataclasses.replace(settings, lock_ms=DELTA_LOCK_MS)
         self.settings = settings
         self.topic = kafka.new_topic(settings.partitions, prefix="soak-delta")
         self.group = f"g-delta-{uuid.uuid4().hex[:8]}"
@@ -115,17 +125,27 @@ class DeltaLane:
         self.sink_tally = SinkTally(self.sink, self.checkpoint)
         self.worker_tally = WorkerTally(worker_out)
         self._started = time.monotonic()
+        self._turn = threading.Lock()  # the lane's thread and the drain take turns
+        self._stopping = threading.Event()
+        self._keeper = threading.Thread(target=self._keep_running_until_stopped, name="delta-lane", daemon=True)
 
     def start(self) -> None:
         self._started = time.monotonic()
         self.query.start()
         self.worker.start()
         self.producer.start()
+        self._keeper.start()
 
     def keep_running(self) -> None:
         """One turn: the query and the worker started again if either ended."""
-        self.query.ensure_running()
-        self.worker.ensure_running()
+        with self._turn:
+            if not self._stopping.is_set():
+                self.query.ensure_running()
+                self.worker.ensure_running()
+
+    def _keep_running_until_stopped(self) -> None:
+        while not self._stopping.wait(KEEP_RUNNING_EVERY_S):
+            self.keep_running()
 
     def stop_producing(self) -> None:
         if self.producer.is_alive():
@@ -151,6 +171,8 @@ class DeltaLane:
 
     def stop(self) -> None:
         """Stop everything of the lane, whatever state it is in."""
+        with self._turn:
+            self._stopping.set()
         self.query.stop()
         self.worker.stop()
         self.stop_producing()

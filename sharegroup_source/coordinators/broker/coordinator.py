@@ -22,6 +22,7 @@ from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.kafka.metadata import group_start
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS, records_to_arrow
+from state_store import OffsetRange
 from state_store.progress import ProgressTable
 
 __all__ = ["BrokerCoordinator"]
@@ -78,7 +79,12 @@ class BrokerCoordinator:
         group_id = self._kafka_config.get("group.id")
         return group_start(self._kafka_config, str(group_id)) if group_id else None
 
-    def take_over(self) -> None:
+    @property
+    def next_run_takes_over(self) -> bool:
+        """No: a broker's locks belong to the member, and a new member cannot take them over."""
+        return False
+
+    def take_over(self, unsettled: Sequence[OffsetRange]) -> None:
         """Nothing: the broker released the previous run's records when its member left, which the join waited
         for (a member that died without leaving loses its locks on their expiry)."""
 
@@ -110,5 +116,6 @@ class BrokerCoordinator:
         """Nothing: the broker archives at its delivery-count limit without telling its members."""
         return POSITIONS.empty_table()
 
-    def close(self) -> None:
+    def close(self, keep: Sequence[OffsetRange] = ()) -> None:
+        """Leave the group: the broker releases what the member still holds (``keep`` is always empty here)."""
         self._client.close()

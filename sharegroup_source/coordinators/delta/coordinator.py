@@ -22,10 +22,10 @@ import pyarrow as pa
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Outcome, Settled
 from sharegroup_source.coordinators.delta.group_setup import set_up_group
-from sharegroup_source.coordinators.delta.member import GroupMember, Held
+from sharegroup_source.coordinators.delta.member import GroupMember, Held, Spans
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS
-from state_store import AckType
+from state_store import AckType, OffsetRange
 from state_store.group import GroupStore
 from state_store.progress import ProgressTable
 
@@ -93,11 +93,17 @@ class DeltaCoordinator:
         """The Delta group's ``share.auto.offset.reset`` setting."""
         return self._member.group.settings.auto_offset_reset
 
-    def take_over(self) -> None:
-        """Give back what the query's earlier runs hold, so nothing waits for their locks to expire: the ledger
-        fenced those runs. Only then: a run refused at its checkpoint check must not take a live run's records."""
+    @property
+    def next_run_takes_over(self) -> bool:
+        """A query's member does: its runs' member ids share the query's prefix. A worker's does not."""
+        return self._query_prefix is not None
+
+    def take_over(self, unsettled: Sequence[OffsetRange]) -> None:
+        """Hold what the query's earlier runs hold of ``unsettled``, and give back the rest they hold, so nothing
+        waits for their locks to expire: the ledger fenced those runs. Only then: a run refused at its
+        checkpoint check must not take a live run's records."""
         if self._query_prefix is not None:
-            self._member.take_over(self._query_prefix)
+            self._member.take_over(self._query_prefix, _spans(unsettled))
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Positions (``schema.POSITIONS``) of at most ``max_records`` records, waiting up to ``wait_s`` for some."""
@@ -154,8 +160,8 @@ class DeltaCoordinator:
         """Positions the group archived at its delivery-count limit since the last call."""
         return positions(self._member.archived())
 
-    def close(self) -> None:
-        """Leave the group, giving back what is held: what was acquired ahead too."""
+    def close(self, keep: Sequence[OffsetRange] = ()) -> None:
+        """Leave the group, giving back what is held but ``keep`` (what was acquired ahead too)."""
         if self._ahead is not None:
             error = self._ahead[1].exception()  # waits: the member must not close under an acquisition
             if error is not None:
@@ -163,7 +169,7 @@ class DeltaCoordinator:
                          self._member.member_id, error)
             self._ahead = None
         self._turns.shutdown()  # waits for commits still under way: what they settled is no longer held
-        self._member.close()
+        self._member.close(_spans(keep))
 
 
 class _Riding:
@@ -186,6 +192,14 @@ class _Riding:
             self._send()
         assert self._commit is not None, "sending gives every riding acknowledgement its commit"
         return self._commit.result()[0][self._index]
+
+
+def _spans(ranges: Iterable[OffsetRange]) -> Spans:
+    """The ledger's offset ranges as spans per share-partition, as ``GroupMember`` keeps and takes them over."""
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in ranges:
+        spans.setdefault((r.topic, r.partition), []).extend(r.spans())
+    return spans
 
 
 def _ranges(runs: Iterable[tuple[str, int, int, int, AckType]]) -> Ranges:

@@ -30,7 +30,7 @@ from state_store import AckType, AcquiredRecords, InvalidRecordStateError, Recor
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance
 
-__all__ = ["Acks", "GiveWay", "GroupMember", "Held", "give_way"]
+__all__ = ["Acks", "GiveWay", "GroupMember", "Held", "Spans", "give_way"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ Key = tuple[str, int]
 NEEDS = "coordinator=delta needs READ on each subscribed TOPIC and no GROUP ACL"
 #: Ranges to settle per share-partition: (first, last, how).
 Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
+#: Offset spans per share-partition: (first, last).
+Spans = Mapping[Key, Sequence[tuple[int, int]]]
 #: Maintenance (compaction, vacuum, the checkpoint and log cleanup) of the group's tables, in the background, by
 #: the member whose commit lands a ``share_state`` version that is a multiple of this: counted on the table, not
 #: per member, so a group whose members all live shorter than this many commits is kept small too (its commits
@@ -139,24 +141,34 @@ class GroupMember:
 
         return change, initial
 
-    def take_over(self, prefix: str) -> int:
-        """Give back what earlier members whose ids start with ``prefix`` hold (a restarted query's
-        earlier runs, fenced by the ledger): their records return at once, not on lock expiry."""
-        def change(sps: dict[Key, SharePartition], now_ms: int) -> int:
+    def take_over(self, prefix: str, keep: Spans) -> tuple[int, int]:
+        """Take over from earlier members whose ids start with ``prefix`` (a restarted query's earlier runs, fenced
+        by the ledger): what they hold within ``keep`` (per share-partition, the (first, last) spans of the epochs
+        Spark runs again) becomes this member's, locked and renewed as its own, so no other member gets those
+        records in between; the rest goes back to the group at once, not on lock expiry. Returns the record
+        counts (taken over, given back)."""
+        def change(sps: dict[Key, SharePartition], now_ms: int) -> tuple[int, int]:
             earlier = {b.member_id for sp in sps.values() for b in sp.batches
                        if b.state is RecordState.ACQUIRED and b.member_id and b.member_id.startswith(prefix)
                        and b.member_id != self.member_id}
-            return sum(sp.release_member(member, now_ms) for sp in sps.values() for member in earlier)
+            taken = sum(sps[key].hand_over(member, self.member_id, spans, now_ms)
+                        for key, spans in keep.items() if key in sps for member in earlier)
+            return taken, sum(sp.release_member(member, now_ms) for sp in sps.values() for member in earlier)
 
-        released = self._commit(change)
-        if released:
-            log.info("member %s took back %d record(s) its query's earlier run held", self.member_id, released)
-        return released
+        taken, released = self._commit(change)
+        for key, spans in keep.items():  # renewing a span it does not hold renews nothing
+            for first, last in spans:
+                self._holdings.add(key, first, last)
+        if taken or released:
+            log.info("member %s took over %d record(s) of the epochs Spark runs again from its query's earlier run, "
+                     "and gave back %d other record(s) that run held", self.member_id, taken, released)
+        return taken, released
 
-    def release_all(self) -> int:
-        """Give back everything this member holds, what it was never told of included."""
-        released = self._commit(lambda sps, now_ms: sum(sp.release_member(self.member_id, now_ms)
-                                                        for sp in sps.values()))
+    def release_all(self, keep: Spans | None = None) -> int:
+        """Give back everything this member holds, what it was never told of included, but the spans of ``keep``."""
+        kept = keep or {}
+        released = self._commit(lambda sps, now_ms: sum(sp.release_member(self.member_id, now_ms, kept.get(key, ()))
+                                                        for key, sp in sps.items()))
         self._holdings.clear()
         return released
 
@@ -167,14 +179,15 @@ class GroupMember:
             drained, self._archived = self._archived, []
         return drained
 
-    def close(self) -> None:
-        """Stop renewing, give back what is held, and leave the members table; once."""
+    def close(self, keep: Spans | None = None) -> None:
+        """Stop renewing, give back what is held but the spans of ``keep``, and leave the members table; once.
+        What is kept stays locked a lock duration from this commit, for the query's next run to take over."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._renewer.join(timeout=30)
         try:
-            self.release_all()
+            self.release_all(keep)
         finally:
             self.group.leave(self.member_id)
             self._maintenance.join(timeout_s=30)

@@ -181,6 +181,21 @@ def test_memory_growth_beyond_its_tolerance_fails_and_noise_does_not():
     assert "FAILED" in verdict.text()
 
 
+def test_driver_python_rss_is_judged_net_of_the_soaks_own_bookkeeping():
+    def python_rss(run: list[Interval], index: int, rss: float, soak_mb: float) -> None:
+        sample = run[index]
+        run[index] = replace(sample, python_soak_mb=soak_mb, processes={
+            **sample.processes, "driver_python": replace(sample.processes["driver_python"], rss_mb=rss)})
+
+    grown = MEMORY["driver Python RSS"].limit(400) - 400 + 20  # beyond the tolerance by 20 MB
+    run = flat_run()
+    python_rss(run, 1, 400, soak_mb=0)
+    python_rss(run, -1, 400 + grown, soak_mb=20)  # the 20 MB over are the soak's own
+    assert judge(run, OK).ok, judge(run, OK).text()
+    python_rss(run, -1, 400 + grown, soak_mb=0)
+    assert failed_names(judge(run, OK)) == {"driver Python RSS net of the soak's own"}
+
+
 def test_a_thread_or_descriptor_growth_names_what_grew():
     intervals = flat_run()
     second, last = intervals[1], intervals[-1]

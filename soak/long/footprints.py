@@ -28,18 +28,20 @@ OPEN_ATTEMPTS = 3
 OPEN_RETRY_S = 0.5
 
 
-def _on_disk(folder: Path) -> tuple[int, int, int]:
-    """Bytes and number of every file under ``folder``, and how many files its ``_delta_log`` holds."""
-    total, count = 0, 0
+def _on_disk(folder: Path) -> tuple[int, int, int, int]:
+    """Bytes and number of every file under ``folder``, and how many files and bytes its ``_delta_log`` holds."""
+    total, count, log_bytes = 0, 0, 0
+    log = folder / "_delta_log"
     for parent, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.path.getsize(os.path.join(parent, name))
-                count += 1
+                size = os.path.getsize(os.path.join(parent, name))
             except OSError:  # vacuumed or cleaned up while we walked
                 continue
-    log = folder / "_delta_log"
-    return total, count, len(os.listdir(log)) if log.is_dir() else 0
+            total, count = total + size, count + 1
+            if Path(parent) == log:
+                log_bytes += size
+    return total, count, len(os.listdir(log)) if log.is_dir() else 0, log_bytes
 
 
 def table_figures(folder: Path) -> TableFigures:
@@ -51,15 +53,15 @@ def table_figures(folder: Path) -> TableFigures:
             actions = pa.table(table.get_add_actions(flatten=True))
             sizes = actions.column("size_bytes").to_pylist()
             rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
-            disk, disk_files, log_files = _on_disk(folder)
+            disk, disk_files, log_files, log_bytes = _on_disk(folder)
             return TableFigures(table.version(), len(sizes), sum(sizes), sum(r or 0 for r in rows), disk, log_files,
-                                disk_files=disk_files)
+                                disk_files=disk_files, log_bytes=log_bytes)
         except (DeltaError, OSError, pa.ArrowException) as exc:
             error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if attempt + 1 < OPEN_ATTEMPTS:
                 time.sleep(OPEN_RETRY_S)
-    disk, disk_files, log_files = _on_disk(folder)
-    return TableFigures(disk_bytes=disk, log_files=log_files, error=error, disk_files=disk_files)
+    disk, disk_files, log_files, log_bytes = _on_disk(folder)
+    return TableFigures(disk_bytes=disk, log_files=log_files, error=error, disk_files=disk_files, log_bytes=log_bytes)
 
 
 def footprints(roots: dict[str, Path]) -> dict[str, TableFigures]:

@@ -63,6 +63,8 @@ class TableFigures:
     error: str | None = None
     #: every file under the table's folder (data files live or not, the log)
     disk_files: int = 0
+    #: what the ``_delta_log`` folder holds (commits, checkpoints): tells the log from data files beyond the snapshot
+    log_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,9 @@ def jvm_heap(pid: int) -> tuple[float | None, float | None]:
 def python_heap() -> tuple[float | None, float | None, int]:
     """The driver Python's traced heap outside the soak's modules and the soak's own, in MB (None if not tracing),
     and its pymalloc blocks in use; after a collection, so garbage in reference cycles does not count (and py4j
-    lets go of the JVM objects such garbage held, before the JVM's own collection)."""
+    lets go of the JVM objects such garbage held, before the JVM's own collection). The soak's own includes what
+    tracing costs (tracemalloc keeps a trace per live block, the soak's numbers and Spark's alike): resident
+    memory the connector and Spark would not use without the soak."""
     gc.collect()
     blocks = sys.getallocatedblocks()
     if not tracemalloc.is_tracing():
@@ -165,4 +167,5 @@ def python_heap() -> tuple[float | None, float | None, int]:
     outside = sum(stat.size for stat in
                   snapshot.filter_traces([tracemalloc.Filter(False, SOAK_FILES)]).statistics("filename"))
     del snapshot
+    total += tracemalloc.get_tracemalloc_memory()
     return round(outside / MB, 2), round((total - outside) / MB, 2), blocks

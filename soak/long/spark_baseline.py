@@ -9,24 +9,32 @@ threads and descriptors that no code of the connector can free.
 
 So the long soak measures them before its lanes start, on the same session, with a Python data
 source of a few lines (not the connector: a counter) into a ``foreachBatch`` that counts its rows.
-A first start warms up what a session creates once; then :data:`PROBE_STARTS` starts are counted.
-Both samples wait until Spark's cached pools (block managers, adaptive query stages) have let their
-idle threads go: sampled right after the starts, those pools counted 4 to 9 threads a start
-(2026-11-29), which they give back a minute later. A thread name or a descriptor kind counts as
-left per start when it grew by at least one a start; what grew less does not, so the allowance
-errs short. The verdict gives the driver's threads and descriptors this much per start of the
-lanes' queries between the two intervals it compares, and no more.
+A first start warms up what a session creates once; then :data:`PROBE_STARTS` starts that end with
+``stop()`` are counted, and as many that end with their driver-side source worker SIGKILLed, as most
+of the broker lane's faults end its query (in 2026-11-29's 2-hour run the JVM grew by two sockets
+and two anonymous inodes per idle-worker monitor, where stopped starts had left one of each). A
+thread name or a descriptor kind is allowed what the costlier of the two ends left. Every sample
+waits until Spark's cached pools (block managers, adaptive query stages) have let their idle
+threads go: sampled right after the starts, those pools counted 4 to 9 threads a start
+(2026-11-29), which they give back a minute later. A name counts as left per start when it grew
+by at least one a start; what grew less does not, so the allowance errs short. The verdict gives the
+driver's threads and descriptors this much per start of the lanes' queries between the two intervals
+it compares, and no more.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psutil
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from sharegroup_source.batch_interruption import short_on_stop
+from sharegroup_source.testing.workers import kill_source_workers
 from soak.long.intervals import ProcessFigures, SparkPerStart
 from soak.long.processes import driver_jvm, figures_of
 
@@ -102,10 +110,12 @@ def _counter_source() -> type:
 
 
 def _count(frame: DataFrame, _: int) -> None:
-    frame.count()
+    with short_on_stop():  # as the soak's sinks: a long traceback overflows Spark's check of it in the stream thread
+        frame.count()
 
 
-def _one_start(spark: SparkSession, checkpoint: str) -> None:
+def _one_start(spark: SparkSession, checkpoint: str, killed: bool = False) -> None:
+    """One start that runs a batch, then ends with ``stop()``, or ``killed``: its source worker SIGKILLed."""
     query = (spark.readStream.format("soak_spark_baseline").load().writeStream
              .foreachBatch(_count).option("checkpointLocation", checkpoint).start())
     try:
@@ -116,19 +126,39 @@ def _one_start(spark: SparkSession, checkpoint: str) -> None:
             if query.exception() is not None:
                 raise RuntimeError(f"the baseline query failed: {query.exception()}")
             time.sleep(0.2)
+        if killed:
+            if not kill_source_workers():
+                raise RuntimeError("the baseline query had no source worker to kill")
+            try:
+                ended = query.awaitTermination(FIRST_BATCH_TIMEOUT_S)
+            except StreamingQueryException:  # what a killed worker ends a query with (java.io.EOFException)
+                ended = True
+            if not ended:
+                raise TimeoutError(f"the baseline query outlived its killed worker by {FIRST_BATCH_TIMEOUT_S:.0f} s")
     finally:
         query.stop()
 
 
 def measure_spark_per_start(spark: SparkSession, work: str) -> SparkPerStart:
-    """Start and stop the counter query 1 + :data:`PROBE_STARTS` times (each with a new checkpoint under ``work``)
-    and return what the counted starts left in the driver per start."""
+    """Start the counter query once to warm up, then :data:`PROBE_STARTS` times ending with ``stop()`` and as many
+    ending with a killed source worker (each with a new checkpoint under ``work``); return, per thread name and
+    descriptor kind, what the costlier of the two ends left in the driver per start."""
     spark.dataSource.register(_counter_source())
     _one_start(spark, f"{work}/warm-up")
-    before = _idle_driver()
-    for k in range(PROBE_STARTS):
-        _one_start(spark, f"{work}/start-{k}")
-    after = _idle_driver()
+    samples = [_idle_driver()]
+    for killed in (False, True):
+        for k in range(PROBE_STARTS):
+            _one_start(spark, f"{work}/start-{killed}-{k}", killed)
+        samples.append(_idle_driver())
     return SparkPerStart(
-        {role: _per_start(before[role].thread_names, after[role].thread_names) for role in DRIVER_ROLES},
-        {role: _per_start(before[role].fd_kinds, after[role].fd_kinds) for role in DRIVER_ROLES}, PROBE_STARTS)
+        {role: _costlier(samples, role, "thread_names") for role in DRIVER_ROLES},
+        {role: _costlier(samples, role, "fd_kinds") for role in DRIVER_ROLES}, PROBE_STARTS)
+
+
+def _costlier(samples: list[dict[str, ProcessFigures]], role: str, counts: str) -> dict[str, int]:
+    """Per name, the larger per-start growth of the consecutive ``samples``' ``counts`` of ``role``."""
+    grown: dict[str, int] = {}
+    for before, after in itertools.pairwise(samples):
+        for name, n in _per_start(getattr(before[role], counts), getattr(after[role], counts)).items():
+            grown[name] = max(grown.get(name, 0), n)
+    return dict(sorted(grown.items()))

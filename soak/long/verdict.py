@@ -60,7 +60,8 @@ MEMORY: dict[str, Tolerance] = {
     "driver JVM heap live": Tolerance(0.25, 48),
     # loaded classes; codegen of the same plans loads no new ones
     "driver JVM metaspace": Tolerance(0.10, 8),
-    # pymalloc and Arrow's pool keep freed memory for reuse; the soak's own bookkeeping adds a byte a record
+    # pymalloc and Arrow's pool keep freed memory for reuse; judged net of the soak's own bookkeeping (a byte a
+    # record and more) and of what tracing it costs
     "driver Python RSS": Tolerance(0.15, 48),
     # traced bytes outside the soak's modules: py4j's objects, pyspark's, a batch's DataFrame in the sink call
     "driver Python heap": Tolerance(0.10, 8),
@@ -188,6 +189,11 @@ def _grew_with_starts(name: str, baseline: float | None, last: float | None, tol
                                       f"+ Spark's {each} a query start x {starts} starts = {limit:,.1f})")
 
 
+def _net(rss_mb: float | None, soak_mb: float | None) -> float | None:
+    """Resident memory less the soak's own bookkeeping and tracing (none measured: all of it)."""
+    return None if rss_mb is None else rss_mb - (soak_mb or 0.0)
+
+
 def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Check]:
     jvm, python = (second.process("driver_jvm"), last.process("driver_jvm")), (
         second.process("driver_python"), last.process("driver_python"))
@@ -196,7 +202,8 @@ def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Chec
                     MEMORY["driver JVM heap live"], "MB"),
               _grew("driver JVM metaspace", second.jvm_metaspace_mb, last.jvm_metaspace_mb,
                     MEMORY["driver JVM metaspace"], "MB"),
-              _grew("driver Python RSS", python[0].rss_mb, python[1].rss_mb, MEMORY["driver Python RSS"], "MB"),
+              _grew("driver Python RSS net of the soak's own", _net(python[0].rss_mb, second.python_soak_mb),
+                    _net(python[1].rss_mb, last.python_soak_mb), MEMORY["driver Python RSS"], "MB"),
               _grew("driver Python heap", second.python_heap_mb, last.python_heap_mb, MEMORY["driver Python heap"],
                     "MB")]
     for role in ("runner_broker", "runner_delta", "task_workers", "worker"):

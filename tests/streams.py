@@ -128,14 +128,24 @@ class StreamSetup:
         """The source's counters summed over its runs, from the ``progress`` state table."""
         return self.state_store().progress.totals(self.group)
 
-    def wait_until_member_left(self, timeout_s: float = 30.0) -> None:
+    def wait_until_member_left(self, timeout_s: float = 60.0) -> None:
         """Wait for the query's member to leave the group (Spark stops its worker asynchronously).
 
         A member joining before that would share the partitions with it, and on one partition
-        get nothing at all, so what it reads would say nothing about the group.
+        get nothing at all, so what it reads would say nothing about the group. A stop may take the
+        share consumer's close, which waits up to 30 s for the broker (``CLOSE_TIMEOUT_S`` in
+        share_client.py), and its settle and progress row on top: a wait of just 30 s failed once
+        beside the compatibility lane on the 2 cores (2026-11-29).
         """
         progress = self.state_store().progress
-        wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave")
+
+        def member() -> str:  # a member whose process is gone died without leaving: the stop never finished
+            run = progress.member_in_group(self.group)
+            return "none" if run is None else (f"run {run.run_id} (pid {run.pid}, process "
+                                               f"{'gone' if run.process_is_gone() else 'alive'})")
+
+        wait_for(lambda: progress.member_in_group(self.group) is None, timeout_s, "the query's member to leave",
+                 state=member)
 
     def leftovers_for_a_fresh_member(self, timeout_s: float = 60.0) -> list[tuple[int, bytes, int]]:
         """What a new member of the group still gets, as (partition, value, delivery count).

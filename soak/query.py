@@ -2,8 +2,9 @@
 
 A failing batch says in its message that it was injected, and a killed driver-side worker is
 announced before Spark can notice it, so every failure the soak did not cause is reported as
-unexpected, with its message (tests/test_soak.py fails on any). Faults and restarts all run on the
-soak's main thread, so the bookkeeping needs no lock.
+unexpected, with its message (tests/test_soak.py fails on any). One thread at a time keeps a query
+running (the soak's main thread; the long soak's delta lane takes turns with its own thread under a
+lock), so the bookkeeping needs no lock of its own.
 """
 
 from __future__ import annotations

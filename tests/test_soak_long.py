@@ -50,7 +50,7 @@ OK = {lane: LaneOutcome(produced=1000, in_sink=990, elsewhere=10, lost=0, duplic
 
 def interval(index: int, *, minutes_per: float = 10, jvm_rss: float = 800, python_heap: float = 60,
              p99: float = 1500, ledger_rows: int = 500, ledger_bytes: int = 50_000, progress_rows: int = 20,
-             runner_pid: int = 42, files: int = 12, dead_bytes: int = 2_000_000) -> Interval:
+             runner_pid: int = 42, files: int = 12, dead_bytes: int = 2_000_000, log_files: int = 150) -> Interval:
     """A sample of a healthy run, with the figures the tests vary as keywords."""
     processes = {"driver_jvm": ProcessFigures((10,), jvm_rss, 90, 300),
                  "driver_python": ProcessFigures((11,), 400, 40, 60),
@@ -63,7 +63,7 @@ def interval(index: int, *, minutes_per: float = 10, jvm_rss: float = 800, pytho
     tables = {
         "broker/state/ledger": TableFigures(index * 100, files, ledger_bytes, ledger_rows, ledger_bytes + dead_bytes),
         "broker/state/progress": TableFigures(index * 100, 3, 9_000, progress_rows, 9_000 + dead_bytes),
-        "delta/group/share_state": TableFigures(index * 300, 4, 20_000, 8, 20_000 + dead_bytes),
+        "delta/group/share_state": TableFigures(index * 300, 4, 20_000, 8, 20_000 + dead_bytes, log_files),
     }
     return Interval(index, index * minutes_per * 60, minutes_per * 60, processes, 300, 120, python_heap, 250_000,
                     {lane: LaneFigures(batches, records, 3) for lane in ("broker", "delta")}, tables)
@@ -319,6 +319,13 @@ def test_state_that_keeps_growing_fails_even_where_each_step_is_small():
     assert judge(sawtooth, OK).ok
     uncompacted = [interval(i, files=150 * i) for i in range(1, 13)]
     assert failed_names(judge(uncompacted, OK)) == {"broker/state/ledger files"}
+
+
+def test_a_log_that_is_never_cleaned_up_fails():
+    cleaned = [interval(i, log_files=400 if i % 2 else 60) for i in range(1, 13)]  # cleaned up between samples
+    assert judge(cleaned, OK).ok
+    kept = [interval(i, log_files=1_500 * i) for i in range(1, 13)]  # every commit kept, as in the soak of 2026-11-29
+    assert failed_names(judge(kept, OK)) == {"delta/group/share_state log files"}
 
 
 def test_the_ledger_grows_until_its_retention_but_its_rows_must_not_grow_fatter():

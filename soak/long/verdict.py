@@ -100,6 +100,11 @@ STATE_FILES = Tolerance(0.25, 4 * MAINTAIN_EVERY_EPOCHS)
 #: from 29 KB to 300 KB between two samples, 116 files, 2026-11-28).
 STATE_ROWS = Tolerance(0.25, 4 * MAINTAIN_EVERY_EPOCHS)
 STATE_BYTES = Tolerance(0.25, 1024 * 1024)
+#: Files in a table's ``_delta_log``: internal state keeps a minute of log past its checkpoint, which maintenance
+#: writes every round, so the log holds about a round's commits and a minute's more (the Delta group's tables: 200
+#: of a member's commits between rounds, several a second in all). A table whose log is never cleaned up keeps every
+#: commit: the Delta group's share_state went from 3,722 to 17,968 log files in two hours (2026-11-29).
+STATE_LOG_FILES = Tolerance(0.25, 1_000)
 #: The ledger keeps a query's newest epochs (StateStore.maintain's default, as the driver calls it), and the
 #: decisions table those epochs' decisions: until that many epochs ran, their rows and bytes grow by design. Their
 #: size per row is judged instead (an epoch's row must not grow fatter), and the ledger's rows against that bound.
@@ -291,6 +296,7 @@ def _state(intervals: list[Interval]) -> list[Check]:
             checks.append(Check(f"{label} state", None, "made after the first half of the run"))
             continue
         checks.append(_bounded(f"{label} files", earlier, table, lambda t: t.files, STATE_FILES, "files"))
+        checks.append(_bounded(f"{label} log files", earlier, table, lambda t: t.log_files, STATE_LOG_FILES, "files"))
         if label.rpartition("/")[2] in RETAINED_BY_EPOCH:
             checks.append(_bounded(f"{label} bytes per row", earlier, table, _per_row, STATE_BYTES_PER_ROW, "B"))
             if label.endswith("/ledger"):

@@ -326,6 +326,10 @@ def test_a_log_that_is_never_cleaned_up_fails():
     assert judge(cleaned, OK).ok
     kept = [interval(i, log_files=1_500 * i) for i in range(1, 13)]  # every commit kept, as in the soak of 2026-11-29
     assert failed_names(judge(kept, OK)) == {"delta/group/share_state log files"}
+    for i, sample in enumerate(cleaned, 1):  # user data keeps 30 days of log by design
+        sample.tables["broker/state/dead_letters"] = TableFigures(i * 10, 2, 5_000, 10, 5_000, log_files=1_500 * i)
+    checks = {c.name: c for c in judge(cleaned, OK).checks}
+    assert checks["broker/state/dead_letters log files"].ok is None
 
 
 def test_the_ledger_grows_until_its_retention_but_its_rows_must_not_grow_fatter():

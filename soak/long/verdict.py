@@ -31,7 +31,7 @@ from datetime import timedelta
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
 from soak.long.intervals import LANES, MB, ROLES, Interval, ProcessFigures, SparkPerStart, TableFigures
 from state_store import StateStore
-from state_store.delta_table import ORPHAN_RETENTION_HOURS
+from state_store.delta_table import ORPHAN_RETENTION_HOURS, USER_DATA_RETENTION
 
 __all__ = ["BATCH_P50", "BATCH_P99", "DEAD_BYTES", "FDS", "LEDGER_KEEP_EPOCHS", "MEMORY", "MIN_BATCHES",
            "ORPHAN_RETENTION", "RETAINED_BY_EPOCH", "STATE_BYTES", "STATE_BYTES_PER_ROW", "STATE_FILES",
@@ -105,6 +105,8 @@ STATE_BYTES = Tolerance(0.25, 1024 * 1024)
 #: of a member's commits between rounds, several a second in all). A table whose log is never cleaned up keeps every
 #: commit: the Delta group's share_state went from 3,722 to 17,968 log files in two hours (2026-11-29).
 STATE_LOG_FILES = Tolerance(0.25, 1_000)
+#: User data keeps its log for days (USER_DATA_RETENTION): it grows through any soak by design, so it is not judged.
+LOG_KEPT_FOR_DAYS = ("dead_letters",)
 #: The ledger keeps a query's newest epochs (StateStore.maintain's default, as the driver calls it), and the
 #: decisions table those epochs' decisions: until that many epochs ran, their rows and bytes grow by design. Their
 #: size per row is judged instead (an epoch's row must not grow fatter), and the ledger's rows against that bound.
@@ -296,8 +298,14 @@ def _state(intervals: list[Interval]) -> list[Check]:
             checks.append(Check(f"{label} state", None, "made after the first half of the run"))
             continue
         checks.append(_bounded(f"{label} files", earlier, table, lambda t: t.files, STATE_FILES, "files"))
-        checks.append(_bounded(f"{label} log files", earlier, table, lambda t: t.log_files, STATE_LOG_FILES, "files"))
-        if label.rpartition("/")[2] in RETAINED_BY_EPOCH:
+        name = label.rpartition("/")[2]
+        if name in LOG_KEPT_FOR_DAYS:
+            checks.append(Check(f"{label} log files", None, f"{table.log_files:,} files; user data keeps its log "
+                                                            f"{USER_DATA_RETENTION.log.days} days"))
+        else:
+            checks.append(_bounded(f"{label} log files", earlier, table, lambda t: t.log_files, STATE_LOG_FILES,
+                                   "files"))
+        if name in RETAINED_BY_EPOCH:
             checks.append(_bounded(f"{label} bytes per row", earlier, table, _per_row, STATE_BYTES_PER_ROW, "B"))
             if label.endswith("/ledger"):
                 limit = LEDGER_KEEP_EPOCHS * (1 + STATE_ROWS.ratio)

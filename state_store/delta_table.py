@@ -33,6 +33,7 @@ the columns of a newer format version says so with the write that adds them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -89,8 +90,12 @@ class Retention:
     before vacuum deletes them (``delta.deletedFileRetentionDuration``); files no commit references
     go after ORPHAN_RETENTION_HOURS or this, whichever is longer.
 
-    ``minimum`` False (internal state): exactly these, written when the table is created; vacuum
-    uses them whatever the table says. ``minimum`` True (user data): these are floors kept in the
+    ``minimum`` False (internal state): exactly these, written when the table is created (a table
+    an earlier version made gets ``removed_files`` before this process writes or maintains it);
+    vacuum uses them whatever the table says. The table's own ``removed_files`` matters to its
+    checkpoints, which keep a replaced file's tombstone that long: with Delta's default of a week,
+    every vacuum of a table overwritten each batch listed, and deleted again, a week of files.
+    ``minimum`` True (user data): these are floors kept in the
     table's own properties: a table that has shorter ones (made by an earlier version, or by hand)
     is raised to them before this process writes or maintains it, longer ones are kept, and vacuum
     and log cleanup follow the table's properties, as Spark's VACUUM does.
@@ -113,8 +118,6 @@ class Retention:
 
     def configuration(self) -> dict[str, str]:
         """The retention properties a new table is created with."""
-        if not self.minimum:
-            return {_LOG_RETENTION: _interval(self.log)}  # vacuum is told its retention on every run
         return {_LOG_RETENTION: _interval(self.log), _FILE_RETENTION: _interval(self.removed_files)}
 
 
@@ -283,7 +286,7 @@ class StateTable:
         self._added_columns = tuple(added_columns)
         self._missing_columns: tuple[str, ...] = ()  # added columns the table at hand does not have yet
         self._stale_format = False  # the table at hand has the added columns but an earlier format version
-        self._retention_kept = not self.retention.minimum  # the table's own properties are checked once
+        self._retention_kept = False  # the table's own properties are checked once
         self._dt: DeltaTable | None = None
         self._existed = False  # opened once: from then on its absence is an error, not "not created yet"
         self._fs: pafs.FileSystem | None = None
@@ -352,14 +355,13 @@ class StateTable:
                               f"{MAX_COMMIT_ATTEMPTS} concurrent commits won the race first")
 
     def maintain(self, rewrite: Callable[[Snapshot], pa.Table | None] | None = None) -> None:
-        """Keep the table small: optional rewrite, compaction, checkpoint, log cleanup, vacuum.
+        """Keep the table small: optional rewrite, compaction, vacuum, checkpoint, log cleanup.
 
         ``rewrite`` returns the rows the table should hold instead (or None to keep it as is);
-        it is a compare-and-swap commit like any other, so no concurrent write is lost. Vacuum
-        removes files compaction and rewrites replaced after the table's retention (internal
-        state: at once), and files no commit references (written by losers of a commit race)
-        after ORPHAN_RETENTION_HOURS or that retention, whichever is longer. Log entries go
-        after the log retention.
+        it is a compare-and-swap commit like any other, so no concurrent write is lost. A
+        compaction that loses a commit race is left to the next run; vacuum and the checkpoint
+        commit nothing, so concurrent writers cannot stop them (see ``_expired_files``). Log
+        entries go after the log retention.
         """
         if self._open() is None:
             return
@@ -370,23 +372,14 @@ class StateTable:
         try:
             self._keep_retention(dt)  # before anything is cleaned up by a shorter setting
             if len(dt.file_uris()) >= self.retention.compact_at_files:
-                dt.optimize.compact(post_commithook_properties=_NO_HOOKS)
+                with contextlib.suppress(CommitFailedError):  # a concurrent writer won: the next run compacts
+                    dt.optimize.compact(post_commithook_properties=_NO_HOOKS)
                 dt.update_incremental()
-            if self.retention.minimum:
-                # the table's deletedFileRetentionDuration (at least the floor, above an hour) for replaced
-                # files and unreferenced ones alike; a full vacuum keeps a replaced file its whole retention
-                dt.vacuum(dry_run=False, full=True, post_commithook_properties=_NO_HOOKS)
-            else:
-                hours = _hours(self.retention.removed_files)
-                dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False,
-                          post_commithook_properties=_NO_HOOKS)
-                dt.vacuum(retention_hours=max(ORPHAN_RETENTION_HOURS, hours), enforce_retention_duration=False,
-                          dry_run=False, full=True, post_commithook_properties=_NO_HOOKS)
-            dt.update_incremental()
-            dt.create_checkpoint()  # after vacuum: a lite vacuum looks only at commits since the checkpoint
+            self._delete(self._expired_files(dt))
+            dt.create_checkpoint()  # of the version vacuumed: later tombstones stay in the log for the next run
             dt.cleanup_metadata()
         except CommitFailedError:
-            return  # a concurrent writer won; the next maintenance run compacts what this one could not
+            return  # raising the retention lost a race; the next run raises it first
         except FileNotFoundError as exc:
             if not _log_entry(exc):
                 raise self._error("cannot maintain", exc) from exc
@@ -394,22 +387,60 @@ class StateTable:
         except (DeltaError, OSError) as exc:
             raise self._error("cannot maintain", exc) from exc
 
+    def _expired_files(self, dt: DeltaTable) -> list[str]:
+        """What vacuum would delete: replaced files after the table's retention (internal state: at once), files
+        no commit references (written by losers of a commit race) after ORPHAN_RETENTION_HOURS or that
+        retention, whichever is longer.
+
+        Why a dry run: delta-rs's vacuum records itself in a commit, and that commit loses to any concurrent
+        overwrite ("a concurrent transaction deleted data this operation read"). Under members that commit
+        every batch it lost every time, and a table whose vacuum never lands was never checkpointed either:
+        the third 2-hour soak's share_state log kept all of its 21,760 commits. Delta's protocol makes the
+        vacuum commit optional (it is commitInfo only), so the files are listed here and deleted without one.
+        """
+        if self.retention.minimum:
+            # the table's deletedFileRetentionDuration (at least the floor, above an hour) for replaced
+            # files and unreferenced ones alike; a full vacuum keeps a replaced file its whole retention
+            return dt.vacuum(dry_run=True, full=True)
+        hours = _hours(self.retention.removed_files)
+        replaced = dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=True)
+        unreferenced = dt.vacuum(retention_hours=max(ORPHAN_RETENTION_HOURS, hours),
+                                 enforce_retention_duration=False, dry_run=True, full=True)
+        return sorted(set(replaced) | set(unreferenced))
+
+    def _delete(self, paths: Sequence[str]) -> None:
+        """Delete data files (paths relative to the table); one another maintainer deleted first is gone already."""
+        for path in paths:
+            try:
+                if self._local is not None:
+                    os.remove(os.path.join(self._local, unquote(path)))
+                else:
+                    self._filesystem().delete_file(path)
+            except FileNotFoundError:
+                pass
+
     # -- internals ---------------------------------------------------------------------------
     def _keep_retention(self, dt: DeltaTable) -> None:
-        """Raise the table's retention properties that are below a ``minimum`` retention's floors.
+        """Set the table's retention properties this process relies on, once per process, before its first
+        write or maintenance.
 
-        Once per process, before its first write or maintenance: an earlier version created dead
-        letter tables with one minute of log, and its writers may still clean the log up after
-        delta-rs's automatic checkpoints. A lost commit race raises CommitFailedError; the caller tries again.
+        A ``minimum`` retention raises properties below its floors: an earlier version created dead letter
+        tables with one minute of log, and its writers may still clean the log up after delta-rs's automatic
+        checkpoints. Internal state gets its ``removed_files``: earlier versions left Delta's week of
+        tombstones in its checkpoints. A lost commit race raises CommitFailedError; the caller tries again.
         """
         if self._retention_kept:
             return
         config = dt.metadata().configuration
         raise_to = {}
-        for key, floor in self.retention.configuration().items():
+        for key, wanted in self.retention.configuration().items():
             have = _parse_interval(config.get(key))
-            if have is not None and have < _parse_interval(floor):  # type: ignore[operator]
-                raise_to[key] = floor
+            if self.retention.minimum:
+                change = have is not None and have < _parse_interval(wanted)  # type: ignore[operator]
+            else:
+                change = key == _FILE_RETENTION and have != self.retention.removed_files
+            if change:
+                raise_to[key] = wanted
         if raise_to:
             dt.alter.set_table_properties(raise_to, commit_properties=CommitProperties(max_commit_retries=0),
                                           post_commithook_properties=_NO_HOOKS)
@@ -599,9 +630,13 @@ class StateTable:
     def _read_piece(self, path: str) -> Piece:
         if self._local is not None:
             return Piece(self._conform(pq.read_table(os.path.join(self._local, unquote(path)))))
+        return Piece(self._conform(pq.read_table(path, filesystem=self._filesystem())))
+
+    def _filesystem(self) -> pafs.FileSystem:
+        """The table's store as a pyarrow filesystem rooted at the table (delta-rs's own object store)."""
         if self._fs is None:
             self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._storage_options))
-        return Piece(self._conform(pq.read_table(path, filesystem=self._fs)))
+        return self._fs
 
     def _conform(self, table: pa.Table) -> pa.Table:
         """A data file's rows in the table's schema; added columns a file written before them lacks are null."""

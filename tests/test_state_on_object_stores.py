@@ -17,8 +17,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 import sharegroup_source
 from sharegroup_source import DeltaShareConsumer
@@ -28,6 +30,7 @@ from sharegroup_source.locations import check_location
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from sharegroup_source.testing.workers import kill_source_workers
 from state_store import RecordState, StateStore, StateStoreError
+from state_store.delta_table import StateTable, Write
 from state_store.group import GroupStore
 from state_store.storage_errors import ACCESS_DENIED, NO_SUCH_STORE
 from tests.conftest import selected_peers
@@ -301,6 +304,26 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
     [described] = describe_groups([group_location], bootstrap_servers=kafka.bootstrap_servers,
                                   storage_options=store.storage)
     assert [(p.spso, p.lag) for p in described.partitions] == [(0, 400)]
+
+
+# -- maintenance on the store -------------------------------------------------------------------------------------
+def test_maintenance_on_the_store_deletes_the_files_overwrites_replaced(store):
+    """Vacuum lists what to delete and deletes it through the store's own protocol (no vacuum commit, which
+    loses to concurrent overwrites): afterwards the store holds no file the table does not reference."""
+    schema = pa.schema([("member", pa.string()), ("n", pa.int64())])
+    table = StateTable(store.uri("maintained"), "share_state", schema, storage_options=store.storage)
+    for n in range(5):
+        table.commit(lambda s, n=n: Write(pa.table({"member": ["a"], "n": [n]}, schema=schema),
+                                          mode="overwrite", predicate="member = 'a'"))
+
+    def unreferenced() -> list[str]:
+        delta = DeltaTable(table.uri, storage_options=store.storage)
+        return delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
+
+    assert len(unreferenced()) == 4, "the four replaced files are not on the store before maintenance"
+    table.maintain()
+    assert unreferenced() == []
+    assert [r["n"] for r in table.snapshot().rows()] == [4]
 
 
 # -- a store at fault, and a store without an atomic commit --------------------------------------------------------

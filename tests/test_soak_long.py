@@ -258,6 +258,26 @@ def test_spark_per_start_threads_are_allowed_per_query_start_and_nothing_more():
     assert next(iter(leaking.failed)).detail.endswith("grew: python +260")
 
 
+def test_spark_s_capped_pools_are_judged_against_their_maximum_not_as_growth():
+    """The block manager's pools hold dozens of threads at one sample and few at another (2026-11-29's third 2-hour
+    run: +57 and +52): not a leak while below Spark's maximum of 100 each, which is what they are judged against."""
+    run = flat_run()
+
+    def jvm_with(interval: Interval, pools: int) -> Interval:
+        jvm = interval.process("driver_jvm")
+        names = {"block-manager-a": pools, "block-manager-s": pools}
+        return replace(interval, processes={**interval.processes, "driver_jvm": replace(
+            jvm, threads=jvm.threads + 2 * pools, thread_names=names)})
+
+    run[1], run[-1] = jvm_with(run[1], 2), jvm_with(run[-1], 60)
+    verdict = judge(run, OK)
+    assert verdict.ok, verdict.text()
+    pool = next(c for c in verdict.checks if c.name == "driver JVM block-manager-a threads")
+    assert pool.ok and pool.detail == "60 (Spark's pool keeps at most 100)"
+    run[-1] = jvm_with(run[1], 101)
+    assert failed_names(judge(run, OK)) == {"driver JVM block-manager-a threads", "driver JVM block-manager-s threads"}
+
+
 def test_a_process_replaced_between_the_intervals_is_not_judged():
     verdict = judge(flat_run(runner_pid=43), OK)
     delta = next(c for c in verdict.checks if c.name == "source runner, delta lane RSS")
@@ -326,10 +346,23 @@ def test_a_log_that_is_never_cleaned_up_fails():
     assert judge(cleaned, OK).ok
     kept = [interval(i, log_files=1_500 * i) for i in range(1, 13)]  # every commit kept, as in the soak of 2026-11-29
     assert failed_names(judge(kept, OK)) == {"delta/group/share_state log files"}
-    for i, sample in enumerate(cleaned, 1):  # user data keeps 30 days of log by design
-        sample.tables["broker/state/dead_letters"] = TableFigures(i * 10, 2, 5_000, 10, 5_000, log_files=1_500 * i)
-    checks = {c.name: c for c in judge(cleaned, OK).checks}
-    assert checks["broker/state/dead_letters log files"].ok is None
+
+
+
+def test_the_dead_letters_grow_by_design_but_their_data_files_are_judged():
+    """User data keeps every rejected record, 30 days of log and a week of replaced files: only compaction bounds
+    anything, the number of data files."""
+    run = [interval(i) for i in range(1, 13)]
+    for i, sample in enumerate(run, 1):
+        sample.tables["broker/state/dead_letters"] = TableFigures(i * 10, 2, 500_000 * i, 1_000 * i, 1_500_000 * i,
+                                                                  log_files=1_500 * i)
+    verdict = judge(run, OK)
+    assert verdict.ok, verdict.text()
+    checks = {c.name: c for c in verdict.checks if c.name.startswith("broker/state/dead_letters")}
+    assert checks["broker/state/dead_letters rows, bytes and log"].ok is None
+    assert checks["broker/state/dead_letters files"].ok
+    run[-1].tables["broker/state/dead_letters"] = TableFigures(1_200, 2_000, 60_000, 120, 600_000, log_files=18_000)
+    assert failed_names(judge(run, OK)) == {"broker/state/dead_letters files"}
 
 
 def test_the_ledger_grows_until_its_retention_but_its_rows_must_not_grow_fatter():

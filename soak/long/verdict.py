@@ -76,11 +76,11 @@ MEMORY: dict[str, Tolerance] = {
 #: after a broker's restart), as do Spark's cached pools; seen 61-96 in the driver Python and 62-129 in the worker, up
 #: and down (2026-11-28). A leak of one per batch is far beyond. What Spark leaves per query start is allowed apart.
 THREADS = Tolerance(0.25, 40)
-#: Spark's cached thread pools with a maximum, by the name the kernel keeps (15 characters): the driver's block manager
-#: endpoints (``ThreadUtils.newDaemonCachedThreadPool(name, 100)`` in Spark 4.0 to 4.3). A pool grows while asks queue
-#: up and lets a thread go after 60 s idle, so a sample counts from a few to dozens (+57 and +52 between the second
-#: and the last interval of 2026-11-29's third 2-hour run, both far below 100). They cannot leak past their maximum:
-#: they are taken out of the threads' growth and judged against it instead.
+#: Spark's cached thread pools with a maximum, by the name the kernel keeps (15 characters): the driver's block
+#: manager endpoints (``ThreadUtils.newDaemonCachedThreadPool(name, 100)``, read from Spark 4.2's bytecode). A pool
+#: grows while asks queue up and lets a thread go after 60 s idle, so a sample counts from a few to dozens (+57 and
+#: +52 between the second and the last interval of 2026-11-29's third 2-hour run, both far below 100). They cannot
+#: leak past their maximum: they are taken out of the threads' growth and judged against it instead.
 CAPPED_POOLS: dict[str, int] = {"block-manager-a": 100, "block-manager-s": 100}
 #: Open descriptors per process: sockets to three brokers come and go with kills and restarts. (Spark's per query
 #: start, allowed apart: the Python data source's worker factory, a listening socket and selectors, in the JVM;

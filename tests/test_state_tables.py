@@ -453,6 +453,26 @@ def test_maintenance_beside_writers_that_overwrite_checkpoints_and_deletes_what_
     assert rows == written, "an overwrite made beside maintenance was lost"
 
 
+
+def test_a_state_table_an_earlier_release_made_keeps_no_tombstones_past_maintenance(tmp_path: Path) -> None:
+    """Earlier releases made internal state tables with Delta's week of removed-file retention, which checkpoints
+    keep tombstones for: every maintenance round then listed, and deleted again, every file a week of overwrites had
+    replaced. The first write sets the table's retention to internal state's (none); a round's checkpoint then
+    drops the tombstones of the files it deleted."""
+    schema = pa.schema([("member", pa.string()), ("n", pa.int64())])
+    DeltaTable.create(str(tmp_path / "share_state"), schema,
+                      configuration={"delta.logRetentionDuration": "interval 60 seconds"})  # as earlier releases did
+    table = StateTable(str(tmp_path), "share_state", schema)
+    for n in range(4):
+        table.commit(lambda s, n=n: Write(pa.table({"member": ["a"], "n": [n]}, schema=schema),
+                                          mode="overwrite", predicate="member = 'a'"))
+    table.maintain()
+    delta = DeltaTable(table.uri)
+    assert delta.metadata().configuration["delta.deletedFileRetentionDuration"] == "interval 0 seconds"
+    assert delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True) == [], \
+        "the checkpoint kept the tombstones of files already deleted"
+    assert [r["n"] for r in table.snapshot().rows()] == [3]
+
 def _last_checkpoint(table_dir: Path) -> int:
     """The version of a table's latest checkpoint, -1 without one."""
     hint = table_dir / "_delta_log" / "_last_checkpoint"

@@ -7,6 +7,7 @@ verdict must call flat what is flat and name what grew. ``python -m soak.long`` 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import socket
 import threading
@@ -228,6 +229,31 @@ def test_the_sampler_names_a_process_threads_and_descriptors():
     assert sum(during.thread_names.values()) == during.threads == before.threads + 1, during.thread_names
     assert during.fd_kinds.get("socket", 0) == before.fd_kinds.get("socket", 0) + 1, (before.fd_kinds, during.fd_kinds)
     assert abs(sum(during.fd_kinds.values()) - during.fds) <= 1  # each count sees its own scan's directory
+
+
+def test_the_driver_s_free_memory_is_given_back_before_its_rss_is_sampled():
+    """Threads that allocate and free leave pages in glibc's arenas (each thread its own); what is live stays."""
+    from soak.long.processes import figures_of, release_free_memory
+
+    kept: list[object] = []
+
+    def allocate() -> None:
+        buffers = [ctypes.create_string_buffer(600) for _ in range(25_000)]  # above pymalloc's 512 B: glibc's malloc
+        kept.extend(buffers[::50])  # a few live ones pin their pages
+
+    release_free_memory()
+    before = figures_of([psutil.Process()]).rss_mb
+    threads = [threading.Thread(target=allocate) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    held = figures_of([psutil.Process()]).rss_mb
+    assert held - before > 40, f"the threads' buffers did not show in the RSS: {before} -> {held} MB"
+    assert release_free_memory()
+    after = figures_of([psutil.Process()]).rss_mb
+    assert after - before < (held - before) / 2, f"{before} -> {held} -> {after} MB: the free pages stayed"
+    assert len(kept) == 4 * 500
 
 
 def with_driver_python_threads(run: list[Interval], grown: int, starts: int) -> list[Interval]:

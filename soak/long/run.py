@@ -29,7 +29,7 @@ from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane
 from soak.long.footprints import footprints
 from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
-from soak.long.processes import driver_jvm, figures_of, jvm_heap, python_heap, task_workers
+from soak.long.processes import driver_jvm, figures_of, jvm_heap, python_heap, release_free_memory, task_workers
 from soak.long.spark_baseline import measure_spark_per_start
 from soak.long.tally import SinkTally, record_figures
 from soak.long.verdict import LaneOutcome
@@ -128,6 +128,7 @@ class _Sampler:
 
     def sample(self, ctx: SoakContext, elapsed_s: float) -> None:
         began = time.monotonic()
+        release_free_memory()  # the driver Python's RSS is what is live (soak.long.processes)
         processes = self._processes(ctx)  # first: the samples below allocate, and resident memory keeps some
         python_heap_mb, soak_mb, blocks = python_heap()  # its collection frees JVM objects py4j held for garbage
         jvm = processes["driver_jvm"].pids

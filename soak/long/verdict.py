@@ -35,7 +35,8 @@ from state_store.delta_table import ORPHAN_RETENTION_HOURS, USER_DATA_RETENTION
 
 __all__ = ["BATCH_P50", "BATCH_P99", "CAPPED_POOLS", "DEAD_BYTES", "FDS", "LEDGER_KEEP_EPOCHS", "MEMORY", "MIN_BATCHES",
            "ORPHAN_RETENTION", "RETAINED_BY_EPOCH", "STATE_BYTES", "STATE_BYTES_PER_ROW", "STATE_FILES",
-           "STATE_ROWS", "THREADS", "Check", "LaneOutcome", "Tolerance", "Verdict", "judge"]
+           "STATE_LOG_FILES", "STATE_ROWS", "THREADS", "USER_DATA", "Check", "LaneOutcome", "Tolerance", "Verdict",
+           "judge"]
 
 
 @dataclass(frozen=True)

@@ -402,11 +402,27 @@ def test_the_ledger_grows_until_its_retention_but_its_rows_must_not_grow_fatter(
 
 def test_bytes_on_disk_are_judged_only_after_the_orphan_retention():
     short = {c.name: c for c in judge(flat_run(dead_bytes=50_000_000), OK).checks}
-    assert short["broker/state/ledger bytes on disk beyond the snapshot"].ok is None
+    assert short["broker/state/progress bytes on disk beyond the snapshot"].ok is None
     minutes = ORPHAN_RETENTION.total_seconds() / 60 / 2  # five intervals end after the retention
     long = [interval(i, minutes_per=minutes) for i in range(1, 6)] + [
         interval(6, minutes_per=minutes, dead_bytes=50_000_000)]
-    assert "broker/state/ledger bytes on disk beyond the snapshot" in failed_names(judge(long, OK))
+    assert {"broker/state/progress bytes on disk beyond the snapshot",
+            "broker/state/ledger bytes on disk beyond the snapshot per row"} <= failed_names(judge(long, OK))
+
+
+def test_the_ledger_s_dead_copies_grow_with_its_rows_and_are_judged_per_row():
+    """A ledger rewrite that loses its race leaves a copy of the whole ledger until the orphan retention: as the
+    ledger grows to its retention, so do the copies, as in 2026-11-29's fourth 2-hour run; more copies a row fail."""
+    def ledger(i: int, copies: int) -> TableFigures:
+        return TableFigures(i * 100, 12, 50_000 * i, 500 * i, (1 + copies) * 50_000 * i)
+
+    growing = [interval(i, minutes_per=ORPHAN_RETENTION.total_seconds() / 60 / 2) for i in range(1, 7)]
+    for i, sample in enumerate(growing, 1):
+        sample.tables["broker/state/ledger"] = ledger(i, copies=20)
+    verdict = judge(growing, OK)
+    assert verdict.ok, verdict.text()
+    growing[-1].tables["broker/state/ledger"] = ledger(6, copies=40)
+    assert failed_names(judge(growing, OK)) == {"broker/state/ledger bytes on disk beyond the snapshot per row"}
 
 
 def test_a_lost_or_duplicated_record_or_an_unexplained_failure_fails():

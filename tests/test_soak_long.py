@@ -163,7 +163,7 @@ def test_intervals_go_to_json_and_back_and_make_three_markdown_tables():
     for table in tables:
         lines = table.splitlines()
         assert len(lines) == 2 + len(run) and len({line.count("|") for line in lines}) == 1, table
-    assert "| 30 | 800 | 300 / 120 |" in text and "(500)" in text  # the last JVM row; the broker ledger's rows
+    assert "| 30 | 800 | 300 / - / 120 |" in text and "(500)" in text  # the last JVM row; the broker ledger's rows
 
 
 # -- the verdict ---------------------------------------------------------------------------------------
@@ -282,6 +282,36 @@ def test_spark_per_start_threads_are_allowed_per_query_start_and_nothing_more():
     leaking = judge(with_driver_python_threads(flat_run(), grown=200 + 60, starts=200), OK, spark)
     assert failed_names(leaking) == {"driver Python threads"}
     assert next(iter(leaking.failed)).detail.endswith("grew: python +260")
+
+
+def with_heap(run: list[Interval], live: list[float], floor: list[float] | None) -> list[Interval]:
+    return [replace(i, jvm_heap_live_mb=live[n], jvm_heap_floor_mb=None if floor is None else floor[n])
+            for n, i in enumerate(run)]
+
+
+def test_the_jvm_heap_is_judged_by_its_floor_and_allowed_spark_s_sessions_per_query_start():
+    """A reading swings with the batches in flight (the second interval of 2026-11-29's fourth 2-hour run was its
+    least): the floor is judged, and each query start may leave what Spark's probe measured (a cloned session)."""
+    swinging = [128, 101, 129, 116, 145, 171]
+    assert failed_names(judge(with_heap(flat_run(), swinging, None), OK)) == {"driver JVM heap live"}
+    assert judge(with_heap(flat_run(), swinging, [98, 97, 99, 98, 100, 101]), OK).ok
+    restarted = with_heap(with_driver_python_threads(flat_run(), grown=0, starts=200), swinging,
+                          [98, 97, 99, 98, 100, 98 + 48 + 55])
+    assert failed_names(judge(restarted, OK)) == {"driver JVM heap floor"}
+    verdict = judge(restarted, OK, SparkPerStart(jvm_heap_mb=0.3))
+    assert verdict.ok, verdict.text()
+    assert "Spark's 0.3 a query start x 200 starts" in next(c.detail for c in verdict.checks
+                                                          if c.name == "driver JVM heap floor")
+    leaking = with_heap(restarted, swinging, [98, 97, 99, 98, 100, 98 + 48 + 60 + 30])
+    assert failed_names(judge(leaking, OK, SparkPerStart(jvm_heap_mb=0.3))) == {"driver JVM heap floor"}
+
+
+def test_spark_s_per_start_heap_is_told_from_what_its_batches_add():
+    from soak.long.spark_baseline import _heap_per_start
+
+    # 8 starts of 12 batches in all, 0.25 MB a start and 0.1 MB a batch; one start of 30 batches
+    assert _heap_per_start(8 * 0.25 + 12 * 0.1, 8, 12, 0.25 + 30 * 0.1, 30) == 0.25
+    assert _heap_per_start(0.5, 8, 12, 4.0, 30) == 0.0  # the batches' share is all of it: nothing per start
 
 
 def test_spark_s_capped_pools_are_judged_against_their_maximum_not_as_growth():

@@ -115,6 +115,10 @@ class SparkPerStart:
     threads: dict[str, dict[str, int]] = field(default_factory=dict)
     fds: dict[str, dict[str, int]] = field(default_factory=dict)
     starts: int = 0
+    #: the driver JVM's live heap left per start (the session the query cloned, held by the idle-worker monitor
+    #: thread it leaves), net of what its batches add to Spark's status store (capped by count, full in a soak's
+    #: first minutes)
+    jvm_heap_mb: float = 0.0
 
     def thread_count(self, role: str) -> int:
         return sum(self.threads.get(role, {}).values())
@@ -123,7 +127,7 @@ class SparkPerStart:
         return sum(self.fds.get(role, {}).values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "fds": self.fds, "starts": self.starts}
+        return {"threads": self.threads, "fds": self.fds, "starts": self.starts, "jvm_heap_mb": self.jvm_heap_mb}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> SparkPerStart:
@@ -139,7 +143,8 @@ class Interval:
     end_s: float
     seconds: float
     processes: dict[str, ProcessFigures] = field(default_factory=dict)
-    #: the driver JVM's heap after a full collection (what is live), and its metaspace (loaded classes)
+    #: the driver JVM's heap after a full collection (what is live, batches in flight included), and its metaspace
+    #: (loaded classes)
     jvm_heap_live_mb: float | None = None
     jvm_metaspace_mb: float | None = None
     #: the driver Python's heap outside the soak's own modules (tracemalloc), and its pymalloc blocks (all)
@@ -152,6 +157,8 @@ class Interval:
     sample_s: float = 0.0
     #: the soak's own bookkeeping in the driver Python's heap (record numbers, independent members): part of its RSS
     python_soak_mb: float | None = None
+    #: the least of the driver JVM's live heap read every minute of the interval: what stays, not what is in flight
+    jvm_heap_floor_mb: float | None = None
 
     @property
     def end_min(self) -> float:
@@ -204,13 +211,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _processes(intervals: list[Interval]) -> str:
-    headers = ["min", "driver JVM RSS MB", "JVM heap live / metaspace MB", "driver Python RSS / heap MB",
+    headers = ["min", "driver JVM RSS MB", "JVM heap live / floor / metaspace MB", "driver Python RSS / heap MB",
                "runners RSS MB broker / delta", "task workers RSS MB (n)", "worker RSS MB",
                "threads JVM / Python / worker", "fds JVM / Python / worker"]
     rows = []
     for i in intervals:
         jvm, python, worker, tasks = (i.process(r) for r in ("driver_jvm", "driver_python", "worker", "task_workers"))
-        rows.append([_n(i.end_min), _n(jvm.rss_mb), _pair(i.jvm_heap_live_mb, i.jvm_metaspace_mb),
+        rows.append([_n(i.end_min), _n(jvm.rss_mb), _pair(i.jvm_heap_live_mb, i.jvm_heap_floor_mb, i.jvm_metaspace_mb),
                      _pair(python.rss_mb, i.python_heap_mb, digits=1),
                      _pair(i.process("runner_broker").rss_mb, i.process("runner_delta").rss_mb),
                      f"{_n(tasks.rss_mb)} ({len(tasks.pids)})", _n(worker.rss_mb),

@@ -52,6 +52,8 @@ def _line(axes: Any, intervals: list[Interval], value: Value, label: str, style:
 def _driver_memory(axes: Any, intervals: list[Interval]) -> None:
     _line(axes, intervals, _process("driver_jvm", "rss_mb"), "JVM RSS", color="#e6550d")
     _line(axes, intervals, lambda i: i.jvm_heap_live_mb, "JVM heap live (after a full GC)", "o--", "#fd8d3c")
+    _line(axes, intervals, lambda i: i.jvm_heap_floor_mb, "JVM heap floor (least live in the interval)", "s--",
+          "#a63603")
     _line(axes, intervals, lambda i: i.jvm_metaspace_mb, "JVM metaspace", "o:", "#fdae6b")
     _line(axes, intervals, _process("driver_python", "rss_mb"), "Python RSS", color="#3182bd")
     _line(axes, intervals, lambda i: i.python_heap_mb, "Python heap (soak's own left out)", "o--", "#6baed6")

@@ -15,6 +15,11 @@ live. One full collection per interval costs the driver a pause of a few hundred
 (pyspark reaches the JVM's ``Runtime`` only through the session's private ``_jvm``, which the
 soak does not use: tests/test_public_names.py holds bench and soak to public names.)
 
+One reading is what was live at that moment, batches in flight included: two lanes' batches, their plans, task
+results and Arrow buffers swung it by 30 to 50 MB between samples (2026-11-29's fourth 2-hour run: 101 MB at the
+second interval, the run's least, then 115 to 171 MB). :class:`HeapFloor` reads it every minute and keeps the least
+of an interval: what stays when no batch holds anything, which is what grows if something leaks.
+
 The driver Python's heap is tracemalloc's count of the bytes allocated through Python's allocators
 and not freed, leaving out those allocated by the soak's own modules: the soak keeps every record
 number and its independent members' bookkeeping, by design, and that would hide the growth of the
@@ -43,6 +48,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import tracemalloc
 from collections import Counter
 from collections.abc import Iterable
@@ -54,11 +60,13 @@ import pyarrow as pa
 from sharegroup_source.testing.workers import source_workers
 from soak.long.intervals import MB, ProcessFigures
 
-__all__ = ["JCMD_TIMEOUT_S", "driver_jvm", "figures_of", "jvm_heap", "python_heap", "release_free_memory",
-           "start_tracing", "task_workers"]
+__all__ = ["HEAP_READ_EVERY_S", "JCMD_TIMEOUT_S", "HeapFloor", "driver_jvm", "figures_of", "jvm_heap", "python_heap",
+           "release_free_memory", "start_tracing", "task_workers"]
 
 #: A jcmd call starts a JVM of its own and waits for the driver JVM's answer (a full collection included).
 JCMD_TIMEOUT_S = 60.0
+#: How often HeapFloor reads the driver JVM's live heap: ten readings an interval, a full collection a minute.
+HEAP_READ_EVERY_S = 60.0
 #: What the driver JVM runs (pyspark starts it with spark-submit).
 SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
 #: Frames tracemalloc keeps per allocation: the innermost is enough to tell whose it is, and is the cheapest.
@@ -163,6 +171,42 @@ def jvm_heap(pid: int) -> tuple[float | None, float | None]:
     metaspace = re.search(r"Metaspace\s+used (\d+)K", info)
     return (None if heap is None else round(int(heap.group(1)) / 1024, 1),
             None if metaspace is None else round(int(metaspace.group(1)) / 1024, 1))
+
+
+class HeapFloor:
+    """The least of the driver JVM's live heap, read every :data:`HEAP_READ_EVERY_S` in a thread of its own (two jcmd
+    calls and a full collection each, which the sampling thread must not wait for) until :meth:`take` asks."""
+
+    def __init__(self) -> None:
+        self._least: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-heap-floor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(JCMD_TIMEOUT_S * 2)
+
+    def read(self, live_mb: float | None) -> None:
+        """Count a reading taken elsewhere (the sample's own)."""
+        if live_mb is not None:
+            with self._lock:
+                self._least = live_mb if self._least is None else min(self._least, live_mb)
+
+    def take(self) -> float | None:
+        """The least reading since the last take (None without any), and start over."""
+        with self._lock:
+            least, self._least = self._least, None
+        return least
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEAP_READ_EVERY_S):
+            jvm = driver_jvm()
+            if jvm is not None:
+                self.read(jvm_heap(jvm.pid)[0])
 
 
 def release_free_memory() -> bool:

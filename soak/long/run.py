@@ -29,7 +29,15 @@ from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane
 from soak.long.footprints import footprints
 from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
-from soak.long.processes import driver_jvm, figures_of, jvm_heap, python_heap, release_free_memory, task_workers
+from soak.long.processes import (
+    HeapFloor,
+    driver_jvm,
+    figures_of,
+    jvm_heap,
+    python_heap,
+    release_free_memory,
+    task_workers,
+)
 from soak.long.spark_baseline import measure_spark_per_start
 from soak.long.tally import SinkTally, record_figures
 from soak.long.verdict import LaneOutcome
@@ -117,6 +125,7 @@ class _Sampler:
         self._broker_work, self._delta, self._batches = broker_work, delta, batches
         self._broker_sink: SinkTally | None = None
         self._sent_before = {"broker": 0, "delta": 0}
+        self.heap_floor = HeapFloor()
         self.intervals: list[Interval] = []
 
     @property
@@ -133,6 +142,7 @@ class _Sampler:
         python_heap_mb, soak_mb, blocks = python_heap()  # its collection frees JVM objects py4j held for garbage
         jvm = processes["driver_jvm"].pids
         heap_live, metaspace = jvm_heap(jvm[0]) if jvm else (None, None)
+        self.heap_floor.read(heap_live)
         batches = self._batches.take()
         lanes = {"broker": LaneFigures(batches["broker"], self._broker_records(ctx), ctx.query.starts),
                  "delta": LaneFigures(batches["delta"], self._delta_records(), self._delta.query.starts)}
@@ -141,7 +151,7 @@ class _Sampler:
         previous = self.intervals[-1].end_s if self.intervals else 0.0
         self.intervals.append(Interval(len(self.intervals) + 1, round(elapsed_s, 1), round(elapsed_s - previous, 1),
                                        processes, heap_live, metaspace, python_heap_mb, blocks, lanes, tables,
-                                       round(time.monotonic() - began, 1), soak_mb))
+                                       round(time.monotonic() - began, 1), soak_mb, self.heap_floor.take()))
         print(f"interval {len(self.intervals)} sampled at {elapsed_s / 60:.1f} min in "
               f"{self.intervals[-1].sample_s:.1f} s", flush=True)
 
@@ -201,6 +211,7 @@ class _LongSoak:
 
     def start(self) -> None:
         self.delta.start()
+        self.sampler.heap_floor.start()
         self._started = time.monotonic()
 
     def tick(self, ctx: SoakContext) -> None:
@@ -246,6 +257,7 @@ def run_long_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: 
             soak.sampler.sample(soak.ctx, soak.elapsed_s)
         soak.delta.drain(plan.drain_timeout_s)
     finally:
+        soak.sampler.heap_floor.stop()
         soak.delta.stop()
         spark.streams.removeListener(soak.batches)
     delta = soak.delta.report()

@@ -20,6 +20,17 @@ threads go: sampled right after the starts, those pools counted 4 to 9 threads a
 by at least one a start; what grew less does not, so the allowance errs short. The verdict gives the
 driver's threads and descriptors this much per start of the lanes' queries between the two intervals
 it compares, and no more.
+
+The driver JVM's live heap gains per start what the monitor thread holds: the thread inherits the stream
+thread's active session, the one the query cloned (its SessionState, SQLConf and function registry; 278 KB
+a start over 80 starts with the status store's caps at 20, 2026-11-29, one SparkSession, SessionState and
+PythonWorkerFactory more each start and no MicroBatchExecution). Each batch also adds an entry to Spark's
+status store, which keeps a number of them (``spark.sql.ui.retainedExecutions``, 1,000) and is full
+within the soak's first minutes but not in the probe's. So the probe runs :data:`HEAP_STARTS` more short
+starts and one start of :data:`HEAP_BATCHES` batches, and solves for both: heap = starts x per start +
+batches x per batch. Each heap reading is the least of a few full collections seconds apart: Spark's
+context cleaner frees what a collection found unreachable only afterwards, and a single reading after the
+probe's first starts was 5 MB above the next (2026-11-29).
 """
 
 from __future__ import annotations
@@ -36,12 +47,19 @@ from pyspark.sql import DataFrame, SparkSession
 from sharegroup_source.batch_interruption import short_on_stop
 from sharegroup_source.testing.workers import kill_source_workers
 from soak.long.intervals import ProcessFigures, SparkPerStart
-from soak.long.processes import driver_jvm, figures_of
+from soak.long.processes import driver_jvm, figures_of, jvm_heap
 
-__all__ = ["PROBE_STARTS", "measure_spark_per_start"]
+__all__ = ["HEAP_BATCHES", "HEAP_STARTS", "PROBE_STARTS", "measure_spark_per_start"]
 
 #: Counted starts: enough that a name growing once a start stands out of pools that grow by a few now and then.
 PROBE_STARTS = 4
+#: Short starts that measure the heap a start leaves (a quarter of a MB each, against readings a MB or two apart),
+#: and the batches of the one long start that tells what a batch adds from what a start does.
+HEAP_STARTS = 24
+HEAP_BATCHES = 30
+#: Full collections per heap reading, this far apart (the context cleaner's turn in between).
+HEAP_READINGS = 3
+HEAP_READING_GAP_S = 3.0
 #: A start's wait for its first batch: the first start of a session compiles and starts the data source's worker.
 FIRST_BATCH_TIMEOUT_S = 120.0
 #: Spark's cached thread pools end a thread idle this long (ThreadUtils.newDaemonCachedThreadPool's keep-alive, 60 s),
@@ -61,6 +79,21 @@ def _idle_driver() -> dict[str, ProcessFigures]:
     """The driver's figures once Spark's cached pools let their idle threads go."""
     time.sleep(POOL_KEEP_ALIVE_S)
     return _driver()
+
+
+def _heap_mb() -> float:
+    """The driver JVM's live heap: the least of :data:`HEAP_READINGS` full collections."""
+    jvm = driver_jvm()
+    readings = []
+    for n in range(HEAP_READINGS):
+        if n:
+            time.sleep(HEAP_READING_GAP_S)
+        live = jvm_heap(jvm.pid)[0] if jvm is not None else None
+        if live is not None:
+            readings.append(live)
+    if not readings:
+        raise RuntimeError("the baseline could not read the driver JVM's heap (jcmd)")
+    return min(readings)
 
 
 def _driver() -> dict[str, ProcessFigures]:
@@ -114,13 +147,14 @@ def _count(frame: DataFrame, _: int) -> None:
         frame.count()
 
 
-def _one_start(spark: SparkSession, checkpoint: str, killed: bool = False) -> None:
-    """One start that runs a batch, then ends with ``stop()``, or ``killed``: its source worker SIGKILLed."""
+def _one_start(spark: SparkSession, checkpoint: str, killed: bool = False, batches: int = 1) -> int:
+    """One start that runs ``batches`` batches, then ends with ``stop()``, or ``killed``: its source worker
+    SIGKILLed; how many batches it ran."""
     query = (spark.readStream.format("soak_spark_baseline").load().writeStream
              .foreachBatch(_count).option("checkpointLocation", checkpoint).start())
     try:
         deadline = time.monotonic() + FIRST_BATCH_TIMEOUT_S
-        while not any(p.get("numInputRows") for p in query.recentProgress):
+        while sum(1 for p in query.recentProgress if p.get("numInputRows")) < batches:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the baseline query ran no batch within {FIRST_BATCH_TIMEOUT_S:.0f} s")
             if query.exception() is not None:
@@ -137,6 +171,7 @@ def _one_start(spark: SparkSession, checkpoint: str, killed: bool = False) -> No
                 raise TimeoutError(f"the baseline query outlived its killed worker by {FIRST_BATCH_TIMEOUT_S:.0f} s")
     finally:
         query.stop()
+    return len(query.recentProgress)
 
 
 def measure_spark_per_start(spark: SparkSession, work: str) -> SparkPerStart:
@@ -150,9 +185,23 @@ def measure_spark_per_start(spark: SparkSession, work: str) -> SparkPerStart:
         for k in range(PROBE_STARTS):
             _one_start(spark, f"{work}/start-{killed}-{k}", killed)
         samples.append(_idle_driver())
+    heap = [_heap_mb()]
+    short_batches = sum(_one_start(spark, f"{work}/heap-{k}") for k in range(HEAP_STARTS))
+    heap.append(_heap_mb())
+    long_batches = _one_start(spark, f"{work}/long", batches=HEAP_BATCHES)
+    heap.append(_heap_mb())
+    per_start = _heap_per_start(heap[1] - heap[0], HEAP_STARTS, short_batches, heap[2] - heap[1], long_batches)
     return SparkPerStart(
         {role: _costlier(samples, role, "thread_names") for role in DRIVER_ROLES},
-        {role: _costlier(samples, role, "fd_kinds") for role in DRIVER_ROLES}, PROBE_STARTS)
+        {role: _costlier(samples, role, "fd_kinds") for role in DRIVER_ROLES}, PROBE_STARTS, per_start)
+
+
+def _heap_per_start(grown: float, starts: int, batches: int, long_grown: float, long_batches: int) -> float:
+    """What a start leaves in the heap (MB), from ``starts`` starts of ``batches`` batches in all that grew it
+    ``grown`` and one start of ``long_batches`` that grew it ``long_grown``: both are starts x s + batches x b.
+    Never below 0: a collection that freed more than the starts left allows nothing."""
+    ratio = batches / long_batches
+    return round(max(0.0, (grown - ratio * long_grown) / (starts - ratio)), 3)
 
 
 def _costlier(samples: list[dict[str, ProcessFigures]], role: str, counts: str) -> dict[str, int]:

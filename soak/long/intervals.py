@@ -115,9 +115,9 @@ class SparkPerStart:
     threads: dict[str, dict[str, int]] = field(default_factory=dict)
     fds: dict[str, dict[str, int]] = field(default_factory=dict)
     starts: int = 0
-    #: the driver JVM's live heap left per start (the session the query cloned, held by the idle-worker monitor
-    #: thread it leaves), net of what its batches add to Spark's status store (capped by count, full in a soak's
-    #: first minutes)
+    #: the driver JVM's live heap left per start (the session the query cloned, most likely held by the idle-worker
+    #: monitor thread it leaves), net of what its batches add to Spark's status store (capped by count, full in a
+    #: soak's first minutes)
     jvm_heap_mb: float = 0.0
 
     def thread_count(self, role: str) -> int:

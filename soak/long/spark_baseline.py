@@ -21,16 +21,16 @@ by at least one a start; what grew less does not, so the allowance errs short. T
 driver's threads and descriptors this much per start of the lanes' queries between the two intervals
 it compares, and no more.
 
-The driver JVM's live heap gains per start what the monitor thread holds: the thread inherits the stream
-thread's active session, the one the query cloned (its SessionState, SQLConf and function registry; 278 KB
-a start over 80 starts with the status store's caps at 20, 2026-11-29, one SparkSession, SessionState and
-PythonWorkerFactory more each start and no MicroBatchExecution). Each batch also adds an entry to Spark's
-status store, which keeps a number of them (``spark.sql.ui.retainedExecutions``, 1,000) and is full
-within the soak's first minutes but not in the probe's. So the probe runs :data:`HEAP_STARTS` more short
-starts and one start of :data:`HEAP_BATCHES` batches, and solves for both: heap = starts x per start +
-batches x per batch. Each heap reading is the least of a few full collections seconds apart: Spark's
-context cleaner frees what a collection found unreachable only afterwards, and a single reading after the
-probe's first starts was 5 MB above the next (2026-11-29).
+The driver JVM's live heap gains per start the session the query cloned (its SessionState, SQLConf and
+function registry; 278 KB a start over 80 starts with the status store's caps at 20, 2026-11-29, one
+SparkSession, SessionState and PythonWorkerFactory more each start and no MicroBatchExecution), most likely
+held by the monitor thread, which inherits the stream thread's active session (an InheritableThreadLocal).
+Each batch may also add an entry to Spark's status store, which keeps a number of them
+(``spark.sql.ui.retainedExecutions``, 1,000) and is full within the soak's first minutes but not in the
+probe's. So the probe runs :data:`HEAP_STARTS` more short starts and one start of :data:`HEAP_BATCHES`
+batches, and solves for both: heap = starts x per start + batches x per batch. Each heap reading is the least
+of a few full collections seconds apart: Spark's context cleaner frees what a collection found unreachable
+only afterwards, and a single reading after the probe's first starts was 5 MB above the next (2026-11-29).
 """
 
 from __future__ import annotations

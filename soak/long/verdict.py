@@ -56,7 +56,7 @@ MEMORY: dict[str, Tolerance] = {
     # compiles more of Spark in the first hour
     "driver JVM RSS": Tolerance(0.15, 64),
     # the least of the live heap read every minute (soak.long.processes.HeapFloor): what stays when no batch holds
-    # anything; beside Spark's own per query start (the cloned sessions its idle-worker monitors keep), its caches
+    # anything; beside Spark's own per query start (the sessions the queries cloned), its caches
     # fill and empty: the JVM objects py4j holds for Python, the plans of the lanes' queries. A run before the floor
     # was read is judged on its single readings, in flight included: 101 to 171 MB in 2026-11-29's fourth 2-hour
     # run, the second interval the least of all

@@ -306,6 +306,17 @@ def test_the_jvm_heap_is_judged_by_its_floor_and_allowed_spark_s_sessions_per_qu
     assert failed_names(judge(leaking, OK, SparkPerStart(jvm_heap_mb=0.3))) == {"driver JVM heap floor"}
 
 
+def test_the_heap_floor_keeps_the_least_reading_of_each_interval_and_stops_unstarted():
+    from soak.long.processes import HeapFloor
+
+    floor = HeapFloor()
+    for reading in (140.0, None, 101.5, 171.0):  # None: jcmd could not read it
+        floor.read(reading)
+    assert floor.take() == 101.5
+    assert floor.take() is None  # the next interval starts over
+    floor.stop()  # a soak that failed before its lanes started must not fail again here
+
+
 def test_spark_s_per_start_heap_is_told_from_what_its_batches_add():
     from soak.long.spark_baseline import _heap_per_start
 

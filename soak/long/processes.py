@@ -11,7 +11,8 @@ connection shows there, not in ``open_files``.
 The JVM heap is asked of the JVM with ``jcmd`` (the JDK's tool, present where ``make jars`` runs):
 ``GC.run``, then ``GC.heap_info``. Heap in use without a collection is mostly garbage waiting for
 the next one and swings by hundreds of MB between samples; after a full collection it is what is
-live. One full collection per interval costs the driver a pause of a few hundred ms at most.
+live. A full collection costs the driver a pause of a few hundred ms at most: one per sample, and
+one a minute for :class:`HeapFloor`.
 (pyspark reaches the JVM's ``Runtime`` only through the session's private ``_jvm``, which the
 soak does not use: tests/test_public_names.py holds bench and soak to public names.)
 
@@ -187,8 +188,10 @@ class HeapFloor:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the readings; a floor never started has nothing to end (a soak that failed before its lanes ran)."""
         self._stop.set()
-        self._thread.join(JCMD_TIMEOUT_S * 2)
+        if self._thread.ident is not None:
+            self._thread.join(JCMD_TIMEOUT_S * 2)
 
     def read(self, live_mb: float | None) -> None:
         """Count a reading taken elsewhere (the sample's own)."""

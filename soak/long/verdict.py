@@ -56,10 +56,10 @@ MEMORY: dict[str, Tolerance] = {
     # compiles more of Spark in the first hour
     "driver JVM RSS": Tolerance(0.15, 64),
     # the least of the live heap read every minute (soak.long.processes.HeapFloor): what stays when no batch holds
-    # anything; beside Spark's own per query start (the sessions the queries cloned), its caches
-    # fill and empty: the JVM objects py4j holds for Python, the plans of the lanes' queries. A run before the floor
-    # was read is judged on its single readings, in flight included: 101 to 171 MB in 2026-11-29's fourth 2-hour
-    # run, the second interval the least of all
+    # anything; beside Spark's own per query start (the sessions the queries cloned), its caches fill and empty:
+    # the JVM objects py4j holds for Python, the plans of the lanes' queries. A run before the floor was read is
+    # judged on its single readings, in flight included: 101 to 171 MB in 2026-11-29's fourth 2-hour run, the
+    # second interval the least of all
     "driver JVM heap": Tolerance(0.25, 48),
     # loaded classes; codegen of the same plans loads no new ones
     "driver JVM metaspace": Tolerance(0.10, 8),
@@ -320,8 +320,13 @@ def _per_row(table: TableFigures) -> float:
     return table.bytes / table.rows if table.rows else 0.0
 
 
+def _dead(table: TableFigures) -> float:
+    """Bytes on disk beyond the live snapshot."""
+    return table.disk_bytes - table.bytes
+
+
 def _dead_per_row(table: TableFigures) -> float:
-    return (table.disk_bytes - table.bytes) / table.rows if table.rows else 0.0
+    return _dead(table) / table.rows if table.rows else 0.0
 
 
 def _state(intervals: list[Interval]) -> list[Check]:
@@ -359,14 +364,14 @@ def _state(intervals: list[Interval]) -> list[Check]:
         if len(after_orphans) < 3 or not dead:
             checks.append(Check(f"{label} bytes on disk beyond the snapshot", None,
                                 f"needs 3 intervals after vacuum's {ORPHAN_RETENTION_HOURS} h orphan retention; "
-                                f"now {(table.disk_bytes - table.bytes) / MB:,.1f} MB"))
+                                f"now {_dead(table) / MB:,.1f} MB"))
             continue
         if name in RETAINED_BY_EPOCH:
             checks.append(_bounded(f"{label} bytes on disk beyond the snapshot per row", dead, table, _dead_per_row,
                                    DEAD_BYTES_PER_ROW, "B"))
         else:
             checks.append(_bounded(f"{label} bytes on disk beyond the snapshot", dead, table,
-                                   lambda t: t.disk_bytes - t.bytes, DEAD_BYTES, "B"))
+                                   _dead, DEAD_BYTES, "B"))
     return checks
 
 

@@ -234,9 +234,10 @@ def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spar
 def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, kafka, store, tmp_path):
     """Two delta-mode queries and a DeltaShareConsumer (its storage options as stateStorage.* keys) on one
     groupLocation on the store, one partition, small acquisitions: every record to exactly one member once, no
-    redelivery (a record held twice would arrive twice), and the store refused commits that lost a race."""
+    redelivery (a record held twice would arrive twice), and the store refused commits that lost a race. The
+    queries take records first and the worker joins for the bulk, so each member's share is shown, not hoped for."""
     topic, group = kafka.new_topic(1, prefix="cas"), f"g-{uuid.uuid4().hex[:8]}"
-    produced = kafka.produce_numbered(topic, 400, 1)
+    produced: set[tuple[int, bytes]] = set()
     group_location = store.uri("group")
     delta = {"coordinator": "delta", "groupLocation": group_location, "share.auto.offset.reset": "earliest",
              "maxRecordsPerTrigger": 10}
@@ -264,19 +265,37 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
         finally:
             consumer.close()
 
+    def taken() -> list[int]:
+        return [len(s.sink_rows(spark)) for s in setups] + [len(got_by_worker)]
+
+    def feed_until(condition: Callable[[list[int]], bool], what: str) -> None:
+        # a member that starts late (a Spark query's first trigger, on a busy machine) would find the partition
+        # drained by the others: whenever everything produced has been taken, more is produced, until it holds
+        def fed() -> bool:
+            counts = taken()
+            if condition(counts):
+                return True
+            if sum(counts) >= len(produced):
+                produced.update(kafka.produce_numbered(topic, 20, 1, first=len(produced)))
+            return False
+        wait_for(fed, 240, what, interval_s=1, state=lambda: f"{taken()} taken of {len(produced)}")
+
     queries = [setup.file_sink(spark, available_now=False, **delta) for setup in setups]
     worker = threading.Thread(target=work, name="delta-share-consumer")
-    worker.start()
     try:
-        wait_for(lambda: sum(len(s.sink_rows(spark)) for s in setups) + len(got_by_worker) >= len(produced), 240,
-                 "every record in a sink or with the worker", interval_s=1,
-                 state=lambda: f"{[len(s.sink_rows(spark)) for s in setups]} in the sinks, {len(got_by_worker)} "
-                               f"with the worker")
+        feed_until(lambda counts: all(counts[:2]), "both queries to take records")
+        worker.start()
+        # the bulk, with all three members running: they contend for it
+        produced.update(kafka.produce_numbered(topic, 400 - len(produced), 1, first=len(produced)))
+        feed_until(lambda counts: counts[2] > 0, "the worker to take records")
+        wait_for(lambda: sum(taken()) >= len(produced), 240, "every record in a sink or with the worker",
+                 interval_s=1, state=lambda: f"{taken()} taken of {len(produced)}")
         for setup in setups:
             wait_for(setup.every_epoch_settled, 60, "each query's last epoch to be acknowledged")
     finally:
         stop.set()
-        worker.join(60)
+        if worker.is_alive():
+            worker.join(60)
         for query in queries:
             query.stop()
     sinks = [setup.sink_rows(spark) for setup in setups]
@@ -286,6 +305,9 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
     assert all(sinks) and got_by_worker, f"a member took nothing: {[len(s) for s in sinks]}, {len(got_by_worker)}"
     group_store = GroupStore.existing(group_location, storage_options=store.storage)
     assert sorted(m.kind for m in group_store.members()) == ["query", "query", "worker"]
+    # Spark's stop returns before its Python worker has stopped: a query's member leaves after it
+    wait_for(lambda: all(m.left_at_ms is not None for m in group_store.members()), 60, "every member to leave",
+             state=group_store.members)
     share_state = group_store.share_state.partitions()
     assert [b for sp in share_state.values() for b in sp.batches if b.state is not RecordState.ACKNOWLEDGED] == []
     commits, refused = store.commit_counts()
@@ -297,13 +319,14 @@ def test_two_queries_and_a_worker_share_one_partition_through_the_store(spark, k
     [described] = describe_groups([group_location], bootstrap_servers=kafka.bootstrap_servers,
                                   storage_options=store.storage)
     assert (described.error, described.state, described.members) == (None, "Empty", ()), described
-    assert [(p.spso, p.acquired, p.lag) for p in described.partitions] == [(400, 0, 0)]
+    end = len(produced)
+    assert [(p.spso, p.acquired, p.lag) for p in described.partitions] == [(end, 0, 0)]
     plan = reset_offsets(group_location, to="earliest", execute=True, bootstrap_servers=kafka.bootstrap_servers,
                          storage_options=store.storage)
-    assert [(r.start_offset, r.new_start_offset) for r in plan.partitions] == [(400, 0)]
+    assert [(r.start_offset, r.new_start_offset) for r in plan.partitions] == [(end, 0)]
     [described] = describe_groups([group_location], bootstrap_servers=kafka.bootstrap_servers,
                                   storage_options=store.storage)
-    assert [(p.spso, p.lag) for p in described.partitions] == [(0, 400)]
+    assert [(p.spso, p.lag) for p in described.partitions] == [(0, end)]
 
 
 # -- maintenance on the store -------------------------------------------------------------------------------------

@@ -109,7 +109,7 @@ class Parts:
     counters: SourceCounters
     acks: Acknowledger
     book: EpochBook
-    maintenance: BackgroundMaintenance
+    maintenance: BackgroundMaintenance[None]
 
     def status(self, epoch: int) -> str | None:
         """The epoch's status in the ledger, as another reader sees it."""
@@ -125,7 +125,7 @@ def driver_parts(root: Path, run_id: str = "run-1", lock_duration_ms: int | None
     store = StateStore(str(root / "state"))
     coordinator, counters = FakeCoordinator(lock_duration_ms=lock_duration_ms), SourceCounters()
     acks = Acknowledger(coordinator, store, "q", counters, lock_duration_ms, _never_read, "127.0.0.1:9092")  # type: ignore[arg-type]
-    maintenance = BackgroundMaintenance(maintain, "test state")
+    maintenance = BackgroundMaintenance(lambda: None, lambda _: maintain(), "test state")
     book = EpochBook(store, "q", run_id, acks, counters, lock_duration_ms=lock_duration_ms, hand_over=hand_over,
                      state_shown="/the/state", maintenance=maintenance, maintain_every=maintain_every)
     store.ledger.fence("q", run_id)

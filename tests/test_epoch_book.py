@@ -207,5 +207,5 @@ def test_the_state_is_maintained_every_so_many_epochs(tmp_path):
     for epoch in (1, 2, 3):
         run.book.write(epoch, records("t", 0, [epoch]), acquired_at_ms=0)
         run.book.settle_through(epoch)
-        run.maintenance.join(30)
+        assert run.maintenance.idle(30)
         assert len(rounds) == (0 if epoch < 2 else 1), f"after epoch {epoch}: requested when epoch 2 settled"

@@ -316,13 +316,14 @@ def test_background_maintenance_loses_no_ledger_write_made_meanwhile(tmp_path: P
     store = StateStore(location)
     for epoch in range(1, 61):
         store.ledger.write_epoch(entry(epoch), settled={epoch - 1: EpochStatus.ACKED} if epoch > 1 else None)
-    maintenance = BackgroundMaintenance(lambda: StateStore(location).maintain(ledger_keep_epochs=20), "test state")
+    maintenance = BackgroundMaintenance(lambda: StateStore(location),
+                                        lambda state: state.maintain(ledger_keep_epochs=20), "test state")
     assert maintenance.request()
     epoch = 60
     while maintenance.rounds == 0 and epoch < 400:  # writes while the round runs (it ends first: checked below)
         epoch += 1
         store.ledger.write_epoch(entry(epoch), settled={epoch - 1: EpochStatus.ACKED})
-    maintenance.join(timeout_s=60)
+    maintenance.close(timeout_s=60)
     assert maintenance.rounds == 1 and maintenance.last_s is not None, "the round did not finish"
     assert epoch > 61, "no epoch was written while the round ran"
     after = StateStore(location).ledger.entries("q")
@@ -330,6 +331,38 @@ def test_background_maintenance_loses_no_ledger_write_made_meanwhile(tmp_path: P
     assert set(range(epoch - 19, epoch + 1)) <= kept, "an epoch among the newest was lost"
     assert {e.epoch: e.status for e in after}[epoch] == "ACQUIRED"
     assert all(e.ranges == entry(e.epoch).ranges for e in after)
+
+
+def test_background_maintenance_serves_every_round_from_one_thread_on_tables_it_reopens_after_a_failure() -> None:
+    """Rounds run one at a time in one thread on the tables it opened; a failed round's tables are opened again;
+    close lets the asked round finish and ends the thread, and asks for nothing after."""
+    opened: list[list[str]] = []
+    threads: set[int] = set()
+    go = threading.Event()
+
+    def maintain(tables: list[str]) -> None:
+        threads.add(threading.get_ident())
+        go.wait(30)
+        tables.append("round")
+        if len(tables) == 2:
+            raise OSError("the store went away")
+
+    def open_tables() -> list[str]:
+        opened.append([])
+        return opened[-1]
+
+    maintenance = BackgroundMaintenance(open_tables, maintain, "test state")
+    assert maintenance.request()
+    assert not maintenance.request(), "a second round was asked for while one runs"
+    go.set()
+    for _ in range(3):
+        assert maintenance.idle(30)
+        assert maintenance.request()
+    maintenance.close(30)
+    assert not maintenance.request(), "a round was asked for after the close"
+    assert [len(tables) for tables in opened] == [2, 2], "the tables were not kept, or not reopened after a failure"
+    assert maintenance.rounds == 2 and len(threads) == 1, "each second round on a table instance fails"
+    assert not any(t.name == "maintain-test state" for t in threading.enumerate()), "the thread outlived close"
 
 
 def test_a_reader_left_behind_past_the_logs_cleanup_sees_the_latest_rows_and_writes_on(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +44,7 @@ class EpochBook:
 
     def __init__(self, store: StateStore, group_id: str, run_id: str, acks: Acknowledger, counters: SourceCounters,
                  *, lock_duration_ms: int | None, hand_over: bool, state_shown: str,
-                 maintenance: BackgroundMaintenance, maintain_every: int):
+                 maintenance: BackgroundMaintenance[Any], maintain_every: int):
         self._store = store
         self._group_id = group_id
         self._run_id = run_id

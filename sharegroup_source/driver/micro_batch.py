@@ -73,10 +73,10 @@ class MicroBatchDriver:
         self._checkpoint = CheckpointCheck(options, self.store, self._commit_log)
         self._checkpoint.before_joining()
         self.counters = SourceCounters()
-        self._maintenance = BackgroundMaintenance(
+        self._maintenance: BackgroundMaintenance[StateStore] = BackgroundMaintenance(
             lambda: StateStore(options.state_location, dead_letter_location=options.dead_letter_location,
-                               storage_options=dict(options.storage_options)).maintain(),
-            f"query {options.group_id}'s state")
+                               storage_options=dict(options.storage_options)),
+            StateStore.maintain, f"query {options.group_id}'s state")
         self._published: dict[str, int | None] = {}
         self._published_at = 0.0
         # None until Spark's first call that names the checkpoint's position: only then does this run know
@@ -234,7 +234,7 @@ class MicroBatchDriver:
                 self._acks.dead_letter_archived()  # a RELEASE at the limit archives
             finally:
                 self._publish_counters(left=True)
-                self._maintenance.join(MAINTENANCE_STOP_WAIT_S)
+                self._maintenance.close(MAINTENANCE_STOP_WAIT_S)
 
     def _settle_committed(self) -> None:
         """Settle what Spark committed before the stop: it will not call commit for it again."""

@@ -40,6 +40,7 @@ else:
     except ImportError:  # Spark 4.0 and 4.1: Python sources get neither admission control nor AvailableNow
         ADMISSION_CONTROL = False
 
+from sharegroup_source.driver.arrow_pool import use_a_returning_pool
 from sharegroup_source.driver.checkpoint_logs import OffsetLog
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.error_report import reported
@@ -62,6 +63,7 @@ class _ReaderBase(DataSourceStreamReader):
     def driver(self) -> MicroBatchDriver:
         if self._driver is None:
             with building_driver():
+                use_a_returning_pool()  # the process is the query's: its allocations are ours
                 self._driver = MicroBatchDriver(self._options)
         return self._driver
 

@@ -74,9 +74,8 @@ class GroupMember:
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []
         self._holdings = Holdings()
-        self._maintenance = BackgroundMaintenance(
-            lambda: group.for_another_thread().maintain(),
-            f"group {group.group_id}")
+        self._maintenance: BackgroundMaintenance[GroupStore] = BackgroundMaintenance(
+            group.for_another_thread, GroupStore.maintain, f"group {group.group_id}")
         self._lock = threading.Lock()  # the caller's calls and the renewer take turns
         self._renewed_at_ms = int(time.time() * 1000)  # when the last commit renewed what the member holds
         #: landed commits that found the member's locks unrenewed for two thirds of their duration (they lapse at one)
@@ -190,7 +189,7 @@ class GroupMember:
             self.release_all(keep)
         finally:
             self.group.leave(self.member_id)
-            self._maintenance.join(timeout_s=30)
+            self._maintenance.close(timeout_s=30)
 
     # -- internals ------------------------------------------------------------------------------
     def _commit(self, change: Callable[[dict[Key, SharePartition], int], T],

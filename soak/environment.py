@@ -73,14 +73,14 @@ def _work_dir(keep: Path | None, prefix: str) -> Iterator[Path]:
 
 
 @contextmanager
-def soak_session(args: argparse.Namespace, prefix: str,
-                 heading: Callable[[str], str]) -> Iterator[tuple[SparkSession, KafkaUnderTest, Path]]:
-    """The Kafka ``args.kafka`` names, a local Spark session and the work folder (``args.keep``, or a temporary
-    one named ``prefix...``); ``heading(name of the Kafka)`` is printed once the Kafka is up. Spark stops before the
-    Kafka does, whatever ends the block."""
+def soak_session(args: argparse.Namespace, prefix: str, heading: Callable[[str], str],
+                 java_options: str = "") -> Iterator[tuple[SparkSession, KafkaUnderTest, Path]]:
+    """The Kafka ``args.kafka`` names, a local Spark session (its driver JVM given ``java_options``) and the work
+    folder (``args.keep``, or a temporary one named ``prefix...``); ``heading(name of the Kafka)`` is printed once
+    the Kafka is up. Spark stops before the Kafka does, whatever ends the block."""
     with _kafka(args.kafka) as (kafka, name):
         print(heading(name), flush=True)
-        spark = local_spark()
+        spark = local_spark(java_options)
         try:
             with _work_dir(args.keep, prefix) as work:
                 yield spark, kafka, work

@@ -19,6 +19,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sharegroup_source.testing.kafka_peers import wait_for
 from soak.long.__main__ import JSON_NAME, PNG_NAME, publish
 from soak.long.batches import BatchTimes
 from soak.long.intervals import (
@@ -163,7 +164,7 @@ def test_intervals_go_to_json_and_back_and_make_three_markdown_tables():
     for table in tables:
         lines = table.splitlines()
         assert len(lines) == 2 + len(run) and len({line.count("|") for line in lines}) == 1, table
-    assert "| 30 | 800 | 300 / - / 120 |" in text and "(500)" in text  # the last JVM row; the broker ledger's rows
+    assert "| 30 | 800 / - | 300 / - / 120 |" in text and "(500)" in text  # the last JVM row; the broker ledger's rows
 
 
 # -- the verdict ---------------------------------------------------------------------------------------
@@ -306,15 +307,56 @@ def test_the_jvm_heap_is_judged_by_its_floor_and_allowed_spark_s_sessions_per_qu
     assert failed_names(judge(leaking, OK, SparkPerStart(jvm_heap_mb=0.3))) == {"driver JVM heap floor"}
 
 
-def test_the_heap_floor_keeps_the_least_reading_of_each_interval_and_stops_unstarted():
-    from soak.long.processes import HeapFloor
+def test_floors_keep_each_name_s_least_reading_of_an_interval_and_stop_unstarted():
+    from soak.long.processes import Floors
 
-    floor = HeapFloor()
+    floors = Floors(dict, 60, "test-floors")
     for reading in (140.0, None, 101.5, 171.0):  # None: jcmd could not read it
-        floor.read(reading)
-    assert floor.take() == 101.5
-    assert floor.take() is None  # the next interval starts over
-    floor.stop()  # a soak that failed before its lanes started must not fail again here
+        floors.read({"heap": reading})
+    assert floors.take() == {"heap": 101.5}
+    assert floors.take() == {}  # the next interval starts over
+    floors.stop()  # a soak that failed before its lanes started must not fail again here
+    readings: list[dict[str, float | None]] = [{"heap": 90.0, "worker": 223}, {"heap": None, "worker": 33}]
+    counting = Floors(lambda: readings.pop() if readings else {}, 0.01, "test-floors")
+    counting.start()
+    wait_for(lambda: not readings, 10, "the thread to take both readings")
+    counting.stop()
+    assert counting.take() == {"heap": 90.0, "worker": 33}
+
+
+def test_threads_are_judged_by_their_floor_and_a_leak_raises_it():
+    """delta-rs's tokio pool held 32 to 223 threads in the worker at one sample or another of 2026-11-29's fifth
+    2-hour run, each let go after 10 s idle: the least count of an interval is judged, and a leaked thread stays."""
+    def with_worker(run: list[Interval], counts: list[int], floors: list[int] | None) -> list[Interval]:
+        return [replace(i, processes={**i.processes, "worker": replace(i.process("worker"), threads=counts[n])},
+                        thread_floors={} if floors is None else {**i.thread_floors, "worker": floors[n]})
+                for n, i in enumerate(run)]
+
+    swinging = [33, 32, 200, 90, 223, 156]
+    assert failed_names(judge(with_worker(flat_run(), swinging, None), OK)) == {"DeltaShareConsumer worker threads"}
+    verdict = judge(with_worker(flat_run(), swinging, [14, 12, 13, 12, 14, 13]), OK)
+    assert verdict.ok, verdict.text()
+    assert "DeltaShareConsumer worker threads floor" in {c.name for c in verdict.checks if c.ok}
+    leaking = with_worker(flat_run(), swinging, [14, 12, 30, 50, 70, 90])
+    assert failed_names(judge(leaking, OK)) == {"DeltaShareConsumer worker threads floor"}
+
+
+def test_the_jvm_rss_is_judged_outside_its_committed_heap():
+    """The heap is judged by its live floor; G1 committing more of it stepped the RSS 113 MB in one interval of
+    2026-11-29's fifth 2-hour run. What the JVM holds outside the heap (code cache, stacks, metaspace) is judged."""
+    def with_jvm(run: list[Interval], rss: list[float], committed: list[float] | None) -> list[Interval]:
+        return [replace(i, processes={**i.processes, "driver_jvm": replace(i.process("driver_jvm"), rss_mb=rss[n])},
+                        jvm_heap_committed_mb=None if committed is None else committed[n])
+                for n, i in enumerate(run)]
+
+    stepped = [770, 771, 786, 899, 894, 894]
+    assert failed_names(judge(with_jvm(flat_run(), stepped, None), OK)) == {"driver JVM RSS"}
+    verdict = judge(with_jvm(flat_run(), stepped, [500, 500, 515, 628, 623, 623]), OK)
+    assert verdict.ok, verdict.text()
+    check = next(c for c in verdict.checks if c.name == "driver JVM RSS outside the heap")
+    assert check.detail.startswith("271.0 -> 271.0 MB"), check.detail
+    native = with_jvm(flat_run(), [1300, 1300, 1330, 1360, 1370, 1400], [1024] * 6)
+    assert failed_names(judge(native, OK)) == {"driver JVM RSS outside the heap"}
 
 
 def test_spark_s_per_start_heap_is_told_from_what_its_batches_add():

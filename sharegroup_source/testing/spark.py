@@ -41,8 +41,9 @@ def _checkpoint_file_manager() -> str:
         f"{package}.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
-def local_spark() -> SparkSession:
-    """``local[2]`` with Delta and Spark's Kafka source loaded by path from ``make jars`` when they fit this Spark."""
+def local_spark(java_options: str = "") -> SparkSession:
+    """``local[2]`` with Delta and Spark's Kafka source loaded by path from ``make jars`` when they fit this Spark;
+    ``java_options`` go to the driver JVM's command line beside the log configuration."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master("local[2]").appName("sharegroup-tests")
@@ -62,6 +63,6 @@ def local_spark() -> SparkSession:
         # 110 ms less of Spark's own time per micro-batch (make bench, 2026-11-23)
         .config("spark.sql.streaming.checkpointFileManagerClass", _checkpoint_file_manager())
         .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2}")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J2} {java_options}".strip())
         .getOrCreate()
     )

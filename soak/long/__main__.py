@@ -26,7 +26,7 @@ import psutil
 from soak.environment import add_session_arguments, soak_session
 from soak.long.intervals import Interval, SparkPerStart, markdown
 from soak.long.plot import plot
-from soak.long.processes import start_tracing
+from soak.long.processes import DRIVER_JVM_OPTIONS, start_tracing
 from soak.long.run import LongSoakPlan, run_long_soak
 from soak.long.verdict import LaneOutcome, judge
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     heading = (f"long soak for {args.minutes:g} min (a sample every {args.interval_minutes:g} min) on {{}}, seed "
                f"{args.seed}, {args.rate} records/s per lane")
-    with soak_session(args, "sharegroup-soak-long-", heading.format) as (spark, kafka, work):
+    with soak_session(args, "sharegroup-soak-long-", heading.format, DRIVER_JVM_OPTIONS) as (spark, kafka, work):
         result = run_long_soak(spark, kafka, work, plan)
     for lane, report in result.reports.items():
         print(f"\n{lane} lane\n{report.table()}")

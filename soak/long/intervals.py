@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["LANES", "MB", "ROLES", "BatchFigures", "Interval", "LaneFigures", "ProcessFigures", "RecordFigures",
-           "SparkPerStart", "TableFigures", "markdown", "roots"]
+__all__ = ["LANES", "MB", "ROLES", "THREAD_ROLES", "BatchFigures", "Interval", "LaneFigures", "ProcessFigures",
+           "RecordFigures", "SparkPerStart", "TableFigures", "markdown", "roots"]
 
 #: The two lanes: the soak of soak/run.py on the broker's share group, and the Delta group's query and worker.
 LANES = ("broker", "delta")
@@ -27,6 +27,9 @@ ROLES = {
     "task_workers": "Spark's Python task workers",
     "worker": "DeltaShareConsumer worker",
 }
+#: The processes whose threads and descriptors are judged: the long-lived ones (the broker lane's runner is killed
+#: and started again hundreds of times; Spark's task workers come and go).
+THREAD_ROLES = ("driver_jvm", "driver_python", "runner_delta", "worker")
 MB = 1024 * 1024
 
 
@@ -159,6 +162,10 @@ class Interval:
     python_soak_mb: float | None = None
     #: the least of the driver JVM's live heap read every minute of the interval: what stays, not what is in flight
     jvm_heap_floor_mb: float | None = None
+    #: the least thread count of each of :data:`THREAD_ROLES`' processes, counted every 15 s of the interval
+    thread_floors: dict[str, int] = field(default_factory=dict)
+    #: the heap the driver JVM has committed (its RSS less this is what it holds outside the heap)
+    jvm_heap_committed_mb: float | None = None
 
     @property
     def end_min(self) -> float:
@@ -211,17 +218,22 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _processes(intervals: list[Interval]) -> str:
-    headers = ["min", "driver JVM RSS MB", "JVM heap live / floor / metaspace MB", "driver Python RSS / heap MB",
-               "runners RSS MB broker / delta", "task workers RSS MB (n)", "worker RSS MB",
-               "threads JVM / Python / worker", "fds JVM / Python / worker"]
+    headers = ["min", "driver JVM RSS / committed heap MB", "JVM heap live / floor / metaspace MB",
+               "driver Python RSS / heap MB", "runners RSS MB broker / delta", "task workers RSS MB (n)",
+               "worker RSS MB", "threads (floor) JVM / Python / delta runner / worker",
+               "fds JVM / Python / delta runner / worker"]
     rows = []
     for i in intervals:
         jvm, python, worker, tasks = (i.process(r) for r in ("driver_jvm", "driver_python", "worker", "task_workers"))
-        rows.append([_n(i.end_min), _n(jvm.rss_mb), _pair(i.jvm_heap_live_mb, i.jvm_heap_floor_mb, i.jvm_metaspace_mb),
+        judged = [i.process(role) for role in THREAD_ROLES]
+        threads = " / ".join(f"{_n(p.threads)} ({_n(i.thread_floors.get(role))})" if role in i.thread_floors
+                             else _n(p.threads) for role, p in zip(THREAD_ROLES, judged, strict=True))
+        rows.append([_n(i.end_min), _pair(jvm.rss_mb, i.jvm_heap_committed_mb),
+                     _pair(i.jvm_heap_live_mb, i.jvm_heap_floor_mb, i.jvm_metaspace_mb),
                      _pair(python.rss_mb, i.python_heap_mb, digits=1),
                      _pair(i.process("runner_broker").rss_mb, i.process("runner_delta").rss_mb),
                      f"{_n(tasks.rss_mb)} ({len(tasks.pids)})", _n(worker.rss_mb),
-                     _pair(jvm.threads, python.threads, worker.threads), _pair(jvm.fds, python.fds, worker.fds)])
+                     threads, _pair(*(p.fds for p in judged))])
     return _table(headers, rows)
 
 

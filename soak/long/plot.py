@@ -14,7 +14,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from soak.long.intervals import LANES, MB, ROLES, Interval, TableFigures, roots
+from soak.long.intervals import LANES, MB, ROLES, THREAD_ROLES, Interval, TableFigures, roots
 from soak.long.verdict import Verdict
 
 __all__ = ["plot"]
@@ -51,6 +51,9 @@ def _line(axes: Any, intervals: list[Interval], value: Value, label: str, style:
 
 def _driver_memory(axes: Any, intervals: list[Interval]) -> None:
     _line(axes, intervals, _process("driver_jvm", "rss_mb"), "JVM RSS", color="#e6550d")
+    _line(axes, intervals, lambda i: None if i.jvm_heap_committed_mb is None or i.process("driver_jvm").rss_mb is None
+          else i.process("driver_jvm").rss_mb - i.jvm_heap_committed_mb, "JVM RSS outside the committed heap", "^-",
+          "#7f2704")
     _line(axes, intervals, lambda i: i.jvm_heap_live_mb, "JVM heap live (after a full GC)", "o--", "#fd8d3c")
     _line(axes, intervals, lambda i: i.jvm_heap_floor_mb, "JVM heap floor (least live in the interval)", "s--",
           "#a63603")
@@ -105,9 +108,12 @@ def _state_bytes(axes: Any, intervals: list[Interval]) -> None:
 
 
 def _threads(axes: Any, intervals: list[Interval]) -> None:
-    for role, color in (("driver_jvm", "#e6550d"), ("driver_python", "#3182bd"), ("worker", "#31a354")):
-        _line(axes, intervals, _process(role, "threads"), f"{ROLES[role]} threads", color=color)
-        _line(axes, intervals, _process(role, "fds"), f"{ROLES[role]} fds", "o--", color)
+    colors = {"driver_jvm": "#e6550d", "driver_python": "#3182bd", "runner_delta": "#756bb1", "worker": "#31a354"}
+    for role in THREAD_ROLES:
+        _line(axes, intervals, _process(role, "threads"), f"{ROLES[role]} threads", color=colors[role])
+        _line(axes, intervals, lambda i, role=role: i.thread_floors.get(role), f"{ROLES[role]} threads floor", "s:",
+              colors[role])
+        _line(axes, intervals, _process(role, "fds"), f"{ROLES[role]} fds", "o--", colors[role])
     axes.set_ylabel("count")
     axes.set_title("threads and open descriptors")
 

@@ -12,14 +12,17 @@ The JVM heap is asked of the JVM with ``jcmd`` (the JDK's tool, present where ``
 ``GC.run``, then ``GC.heap_info``. Heap in use without a collection is mostly garbage waiting for
 the next one and swings by hundreds of MB between samples; after a full collection it is what is
 live. A full collection costs the driver a pause of a few hundred ms at most: one per sample, and
-one a minute for :class:`HeapFloor`.
+one a minute for the heap floor (:func:`heap_floor`).
 (pyspark reaches the JVM's ``Runtime`` only through the session's private ``_jvm``, which the
 soak does not use: tests/test_public_names.py holds bench and soak to public names.)
 
 One reading is what was live at that moment, batches in flight included: two lanes' batches, their plans, task
 results and Arrow buffers swung it by 30 to 50 MB between samples (2026-11-29's fourth 2-hour run: 101 MB at the
-second interval, the run's least, then 115 to 171 MB). :class:`HeapFloor` reads it every minute and keeps the least
-of an interval: what stays when no batch holds anything, which is what grows if something leaks.
+second interval, the run's least, then 115 to 171 MB). :func:`heap_floor` reads it every minute and keeps the least
+of an interval: what stays when no batch holds anything, which is what grows if something leaks. Threads are
+counted the same way (:func:`thread_counts`, every 15 s): delta-rs's tokio pool in the delta lane's worker held 32 to
+223 threads at one sample or another of the same run (2026-11-29), each let go after 10 s idle; a leaked thread
+stays in the least count.
 
 The driver Python's heap is tracemalloc's count of the bytes allocated through Python's allocators
 and not freed, leaving out those allocated by the soak's own modules: the soak keeps every record
@@ -52,8 +55,9 @@ import sys
 import threading
 import tracemalloc
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pyarrow as pa
@@ -61,13 +65,37 @@ import pyarrow as pa
 from sharegroup_source.testing.workers import source_workers
 from soak.long.intervals import MB, ProcessFigures
 
-__all__ = ["HEAP_READ_EVERY_S", "JCMD_TIMEOUT_S", "HeapFloor", "driver_jvm", "figures_of", "jvm_heap", "python_heap",
-           "release_free_memory", "start_tracing", "task_workers"]
+__all__ = [
+    "DRIVER_JVM_OPTIONS",
+    "HEAP_READ_EVERY_S",
+    "JCMD_TIMEOUT_S",
+    "THREADS_COUNT_EVERY_S",
+    "Floors",
+    "HeapReading",
+    "driver_jvm",
+    "figures_of",
+    "heap_floor",
+    "jvm_heap",
+    "python_heap",
+    "release_free_memory",
+    "start_tracing",
+    "task_workers",
+    "thread_counts",
+]
 
 #: A jcmd call starts a JVM of its own and waits for the driver JVM's answer (a full collection included).
 JCMD_TIMEOUT_S = 60.0
-#: How often HeapFloor reads the driver JVM's live heap: ten readings an interval, a full collection a minute.
+#: How often the heap floor reads the driver JVM's live heap: ten readings an interval, a full collection a minute.
 HEAP_READ_EVERY_S = 60.0
+#: How often the thread floors count threads: pools let a thread idle this long go (delta-rs's tokio blocking pool
+#: after 10 s, Spark's cached pools after 60 s), so an interval's least count has each pool at its low.
+THREADS_COUNT_EVERY_S = 15.0
+#: The driver JVM's heap committed and touched from its start: Spark's default driver memory (1g) as its least size
+#: too, so G1 never grows or shrinks what it commits and the JVM's RSS moves with what it holds outside the heap (code
+#: cache, metaspace, thread stacks, the collector's own structures, direct buffers). The heap is judged by its live
+#: floor. Before (2026-11-29's fifth 2-hour run) the RSS stepped 786 to 899 MB in one interval as G1 committed more
+#: heap, and stayed there. (Spark refuses -Xmx here: spark.driver.memory sets it.)
+DRIVER_JVM_OPTIONS = "-Xms1g -XX:+AlwaysPreTouch"
 #: What the driver JVM runs (pyspark starts it with spark-submit).
 SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
 #: Frames tracemalloc keeps per allocation: the innermost is enough to tell whose it is, and is the cheapest.
@@ -161,55 +189,92 @@ def _jcmd(pid: int, command: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def jvm_heap(pid: int) -> tuple[float | None, float | None]:
-    """The JVM's heap in use after a full collection, and its metaspace in use, in MB (None where jcmd failed)."""
+class HeapReading(NamedTuple):
+    """A JVM's heap in use after a full collection, the heap it has committed, and its metaspace in use, in MB (None
+    where jcmd failed)."""
+
+    live_mb: float | None = None
+    committed_mb: float | None = None
+    metaspace_mb: float | None = None
+
+
+def jvm_heap(pid: int) -> HeapReading:
+    """What ``GC.heap_info`` says after ``GC.run``."""
     try:
         _jcmd(pid, "GC.run")
         info = _jcmd(pid, "GC.heap_info")
     except (OSError, subprocess.SubprocessError):
-        return None, None
-    heap = re.search(r"heap\s+total \d+K, used (\d+)K", info)
+        return HeapReading()
+    heap = re.search(r"heap\s+total (\d+)K, used (\d+)K", info)
     metaspace = re.search(r"Metaspace\s+used (\d+)K", info)
-    return (None if heap is None else round(int(heap.group(1)) / 1024, 1),
-            None if metaspace is None else round(int(metaspace.group(1)) / 1024, 1))
+    return HeapReading(None if heap is None else _mb(heap.group(2)), None if heap is None else _mb(heap.group(1)),
+                       None if metaspace is None else _mb(metaspace.group(1)))
 
 
-class HeapFloor:
-    """The least of the driver JVM's live heap, read every :data:`HEAP_READ_EVERY_S` in a thread of its own (two jcmd
-    calls and a full collection each, which the sampling thread must not wait for) until :meth:`take` asks."""
+def _mb(kilobytes: str) -> float:
+    return round(int(kilobytes) / 1024, 1)
 
-    def __init__(self) -> None:
-        self._least: float | None = None
+
+class Floors:
+    """The least of readings taken every ``every_s`` in a thread of its own, by name, until :meth:`take` asks:
+    ``reading`` returns the names' values now (None: not read this time). The sampling thread never waits for it."""
+
+    def __init__(self, reading: Callable[[], Mapping[str, float | None]], every_s: float, name: str):
+        self._reading, self._every_s = reading, every_s
+        self._least: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-heap-floor", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the readings; a floor never started has nothing to end (a soak that failed before its lanes ran)."""
+        """End the readings; floors never started have nothing to end (a soak that failed before its lanes ran)."""
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(JCMD_TIMEOUT_S * 2)
 
-    def read(self, live_mb: float | None) -> None:
-        """Count a reading taken elsewhere (the sample's own)."""
-        if live_mb is not None:
-            with self._lock:
-                self._least = live_mb if self._least is None else min(self._least, live_mb)
-
-    def take(self) -> float | None:
-        """The least reading since the last take (None without any), and start over."""
+    def read(self, values: Mapping[str, float | None]) -> None:
+        """Count readings, taken here or elsewhere (the sample's own)."""
         with self._lock:
-            least, self._least = self._least, None
+            for name, value in values.items():
+                if value is not None:
+                    self._least[name] = min(value, self._least.get(name, value))
+
+    def take(self) -> dict[str, float]:
+        """The least reading of each name since the last take, and start over."""
+        with self._lock:
+            least, self._least = self._least, {}
         return least
 
     def _run(self) -> None:
-        while not self._stop.wait(HEAP_READ_EVERY_S):
-            jvm = driver_jvm()
-            if jvm is not None:
-                self.read(jvm_heap(jvm.pid)[0])
+        while not self._stop.wait(self._every_s):
+            self.read(self._reading())
+
+
+def heap_floor() -> Floors:
+    """The driver JVM's live heap, read every :data:`HEAP_READ_EVERY_S` (two jcmd calls and a full collection each),
+    as ``jvm_heap``."""
+    def reading() -> dict[str, float | None]:
+        jvm = driver_jvm()
+        return {"jvm_heap": None if jvm is None else jvm_heap(jvm.pid).live_mb}
+
+    return Floors(reading, HEAP_READ_EVERY_S, "soak-heap-floor")
+
+
+def thread_counts(processes: Callable[[], Mapping[str, psutil.Process | None]]) -> Floors:
+    """Each of ``processes``' threads (by role), counted every :data:`THREADS_COUNT_EVERY_S`."""
+    def reading() -> dict[str, float | None]:
+        counts: dict[str, float | None] = {}
+        for role, process in processes().items():
+            try:
+                counts[role] = None if process is None else process.num_threads()
+            except psutil.Error:  # ended meanwhile
+                counts[role] = None
+        return counts
+
+    return Floors(reading, THREADS_COUNT_EVERY_S, "soak-thread-floor")
 
 
 def release_free_memory() -> bool:

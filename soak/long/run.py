@@ -28,15 +28,17 @@ from soak.faults import FAULTS, SoakContext, SoakHooks
 from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane
 from soak.long.footprints import footprints
-from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
+from soak.long.intervals import THREAD_ROLES, Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
 from soak.long.processes import (
-    HeapFloor,
+    HeapReading,
     driver_jvm,
     figures_of,
+    heap_floor,
     jvm_heap,
     python_heap,
     release_free_memory,
     task_workers,
+    thread_counts,
 )
 from soak.long.spark_baseline import measure_spark_per_start
 from soak.long.tally import SinkTally, record_figures
@@ -117,6 +119,16 @@ def lane_runner(state: Path, group: str) -> int | None:
     return member.pid if member is not None and member.process_is_alive() else None
 
 
+def _process(pid: int | None) -> psutil.Process | None:
+    """The process ``pid`` names, None without one or once it ended."""
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
 class _Sampler:
     """Takes a sample at the end of each interval of ``plan``, from the running lanes."""
 
@@ -125,7 +137,9 @@ class _Sampler:
         self._broker_work, self._delta, self._batches = broker_work, delta, batches
         self._broker_sink: SinkTally | None = None
         self._sent_before = {"broker": 0, "delta": 0}
-        self.heap_floor = HeapFloor()
+        self._delta_runner: int | None = None
+        self.heap_floor = heap_floor()
+        self.thread_floors = thread_counts(self._judged_processes)
         self.intervals: list[Interval] = []
 
     @property
@@ -141,8 +155,9 @@ class _Sampler:
         processes = self._processes(ctx)  # first: the samples below allocate, and resident memory keeps some
         python_heap_mb, soak_mb, blocks = python_heap()  # its collection frees JVM objects py4j held for garbage
         jvm = processes["driver_jvm"].pids
-        heap_live, metaspace = jvm_heap(jvm[0]) if jvm else (None, None)
-        self.heap_floor.read(heap_live)
+        heap = jvm_heap(jvm[0]) if jvm else HeapReading()
+        self.heap_floor.read({"jvm_heap": heap.live_mb})
+        self.thread_floors.read({role: processes[role].threads for role in THREAD_ROLES})
         batches = self._batches.take()
         lanes = {"broker": LaneFigures(batches["broker"], self._broker_records(ctx), ctx.query.starts),
                  "delta": LaneFigures(batches["delta"], self._delta_records(), self._delta.query.starts)}
@@ -150,26 +165,32 @@ class _Sampler:
                              "delta/group": self._delta.group_location})
         previous = self.intervals[-1].end_s if self.intervals else 0.0
         self.intervals.append(Interval(len(self.intervals) + 1, round(elapsed_s, 1), round(elapsed_s - previous, 1),
-                                       processes, heap_live, metaspace, python_heap_mb, blocks, lanes, tables,
-                                       round(time.monotonic() - began, 1), soak_mb, self.heap_floor.take()))
+                                       processes, heap.live_mb, heap.metaspace_mb, python_heap_mb, blocks, lanes,
+                                       tables, round(time.monotonic() - began, 1), soak_mb,
+                                       jvm_heap_floor_mb=self.heap_floor.take().get("jvm_heap"),
+                                       thread_floors={role: int(n) for role, n in self.thread_floors.take().items()},
+                                       jvm_heap_committed_mb=heap.committed_mb))
         print(f"interval {len(self.intervals)} sampled at {elapsed_s / 60:.1f} min in "
               f"{self.intervals[-1].sample_s:.1f} s", flush=True)
+
+    def _judged_processes(self) -> dict[str, psutil.Process | None]:
+        """The processes whose threads are judged, by role, as they are now (the delta lane's runner as the last
+        sample found it: finding it reads the lane's progress table)."""
+        return {"driver_jvm": driver_jvm(), "driver_python": psutil.Process(),
+                "runner_delta": _process(self._delta_runner), "worker": _process(self._delta.worker.pid)}
 
     def _processes(self, ctx: SoakContext) -> dict[str, ProcessFigures]:
         jvm = driver_jvm()
         runners = list(source_workers())
         broker = lane_runner(self._broker_work / "state", ctx.group)
-        delta = lane_runner(self._delta.state, self._delta.group)
-        worker = []
-        if self._delta.worker.pid is not None:
-            with contextlib.suppress(psutil.Error):
-                worker.append(psutil.Process(self._delta.worker.pid))
+        delta = self._delta_runner = lane_runner(self._delta.state, self._delta.group)
+        worker = _process(self._delta.worker.pid)
         return {"driver_jvm": figures_of([jvm] if jvm is not None else []),
                 "driver_python": figures_of([psutil.Process()]),
                 "runner_broker": figures_of(p for p in runners if p.pid == broker),
                 "runner_delta": figures_of(p for p in runners if p.pid == delta),
                 "task_workers": figures_of(task_workers(jvm)),
-                "worker": figures_of(worker)}
+                "worker": figures_of([worker] if worker is not None else [])}
 
     def _broker_records(self, ctx: SoakContext) -> RecordFigures:
         assert ctx.producer is not None, "run_soak gives its context the producer"
@@ -212,6 +233,7 @@ class _LongSoak:
     def start(self) -> None:
         self.delta.start()
         self.sampler.heap_floor.start()
+        self.sampler.thread_floors.start()
         self._started = time.monotonic()
 
     def tick(self, ctx: SoakContext) -> None:
@@ -258,6 +280,7 @@ def run_long_soak(spark: SparkSession, kafka: KafkaUnderTest, work: Path, plan: 
         soak.delta.drain(plan.drain_timeout_s)
     finally:
         soak.sampler.heap_floor.stop()
+        soak.sampler.thread_floors.stop()
         soak.delta.stop()
         spark.streams.removeListener(soak.batches)
     delta = soak.delta.report()

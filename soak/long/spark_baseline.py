@@ -88,7 +88,7 @@ def _heap_mb() -> float:
     for n in range(HEAP_READINGS):
         if n:
             time.sleep(HEAP_READING_GAP_S)
-        live = jvm_heap(jvm.pid)[0] if jvm is not None else None
+        live = jvm_heap(jvm.pid).live_mb if jvm is not None else None
         if live is not None:
             readings.append(live)
     if not readings:

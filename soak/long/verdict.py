@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
-from soak.long.intervals import LANES, MB, ROLES, Interval, ProcessFigures, SparkPerStart, TableFigures
+from soak.long.intervals import LANES, MB, ROLES, THREAD_ROLES, Interval, ProcessFigures, SparkPerStart, TableFigures
 from state_store import StateStore
 from state_store.delta_table import ORPHAN_RETENTION_HOURS, USER_DATA_RETENTION
 
@@ -52,10 +52,13 @@ class Tolerance:
 
 #: Memory, by the figure judged (MB), second interval against the last.
 MEMORY: dict[str, Tolerance] = {
-    # follows the committed heap, which G1 grows and shrinks by regions, and the code cache, which fills as the JIT
-    # compiles more of Spark in the first hour
+    # less the committed heap, which is committed and touched from the start (soak.long.processes.DRIVER_JVM_OPTIONS)
+    # and judged by its live floor: what the JVM holds beside it, the code cache, which fills as the JIT compiles more
+    # of Spark in the first hour, metaspace, stacks, the collector's structures. (Judged whole before, G1 committing
+    # more heap stepped it 113 MB in one interval of 2026-11-29's fifth 2-hour run, and it stayed there.) A run
+    # that did not read the committed heap is judged on all of it
     "driver JVM RSS": Tolerance(0.15, 64),
-    # the least of the live heap read every minute (soak.long.processes.HeapFloor): what stays when no batch holds
+    # the least of the live heap read every minute (soak.long.processes.heap_floor): what stays when no batch holds
     # anything; beside Spark's own per query start (the sessions the queries cloned), its caches fill and empty:
     # the JVM objects py4j holds for Python, the plans of the lanes' queries. A run before the floor was read is
     # judged on its single readings, in flight included: 101 to 171 MB in 2026-11-29's fourth 2-hour run, the
@@ -78,6 +81,8 @@ MEMORY: dict[str, Tolerance] = {
 #: bootstrap address), and clients come and go (an independent member, the worker's pooled readers, connections
 #: after a broker's restart), as do Spark's cached pools; seen 61-96 in the driver Python and 62-129 in the worker, up
 #: and down (2026-11-28). A leak of one per batch is far beyond. What Spark leaves per query start is allowed apart.
+#: Judged on each interval's least count (soak.long.processes.thread_counts): pools that let idle threads go swing a
+#: single count by far more (delta-rs's tokio pool: 32 to 223 threads in the worker, 2026-11-29's fifth 2-hour run).
 THREADS = Tolerance(0.25, 40)
 #: Spark's cached thread pools with a maximum, by the name the kernel keeps (15 characters): the driver's block
 #: manager endpoints (``ThreadUtils.newDaemonCachedThreadPool(name, 100)``, read from Spark 4.2's bytecode). A pool
@@ -220,9 +225,8 @@ def _net(rss_mb: float | None, soak_mb: float | None) -> float | None:
 
 
 def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Check]:
-    jvm, python = (second.process("driver_jvm"), last.process("driver_jvm")), (
-        second.process("driver_python"), last.process("driver_python"))
-    checks = [_grew("driver JVM RSS", jvm[0].rss_mb, jvm[1].rss_mb, MEMORY["driver JVM RSS"], "MB"),
+    python = second.process("driver_python"), last.process("driver_python")
+    checks = [_jvm_rss(second, last),
               _heap(second, last, spark),
               _grew("driver JVM metaspace", second.jvm_metaspace_mb, last.jvm_metaspace_mb,
                     MEMORY["driver JVM metaspace"], "MB"),
@@ -239,13 +243,12 @@ def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Chec
             continue
         checks.append(_grew(name, before.rss_mb, after.rss_mb, MEMORY[ROLES[role]], "MB"))
     starts = _starts_between(second, last)
-    for role in ("driver_jvm", "driver_python", "worker"):
+    for role in THREAD_ROLES:
         before, after = second.process(role), last.process(role)
         if not _same_processes(before, after):
             checks.append(Check(f"{ROLES[role]} threads and descriptors", None, "restarted in between"))
             continue
-        threads = _grew_with_starts(f"{ROLES[role]} threads", _uncapped(before), _uncapped(after), THREADS,
-                                    "threads", spark.thread_count(role), starts)
+        threads = _threads(role, second, last, spark.thread_count(role), starts)
         fds = _grew_with_starts(f"{ROLES[role]} descriptors", before.fds, after.fds, FDS, "fds",
                                 spark.fd_count(role), starts)
         checks.append(_named(threads, before.thread_names, after.thread_names))
@@ -256,6 +259,16 @@ def _memory(second: Interval, last: Interval, spark: SparkPerStart) -> list[Chec
     return checks
 
 
+def _jvm_rss(second: Interval, last: Interval) -> Check:
+    """The driver JVM's RSS outside its committed heap; a run that did not read the committed heap, all of it."""
+    before, after = second.process("driver_jvm").rss_mb, last.process("driver_jvm").rss_mb
+    committed = second.jvm_heap_committed_mb, last.jvm_heap_committed_mb
+    if before is None or after is None or committed[0] is None or committed[1] is None:
+        return _grew("driver JVM RSS", before, after, MEMORY["driver JVM RSS"], "MB")
+    return _grew("driver JVM RSS outside the heap", before - committed[0], after - committed[1],
+                 MEMORY["driver JVM RSS"], "MB")
+
+
 def _heap(second: Interval, last: Interval, spark: SparkPerStart) -> Check:
     """The driver JVM's heap floor, allowed Spark's own per query start; a run without floors, its single readings."""
     if second.jvm_heap_floor_mb is None or last.jvm_heap_floor_mb is None:
@@ -263,6 +276,16 @@ def _heap(second: Interval, last: Interval, spark: SparkPerStart) -> Check:
                      "MB")
     return _grew_with_starts("driver JVM heap floor", second.jvm_heap_floor_mb, last.jvm_heap_floor_mb,
                              MEMORY["driver JVM heap"], "MB", spark.jvm_heap_mb, _starts_between(second, last))
+
+
+def _threads(role: str, second: Interval, last: Interval, each: float, starts: int) -> Check:
+    """A process's least thread count of the interval, allowed Spark's own per query start; a run without floors,
+    its single counts less Spark's capped pools."""
+    floors = second.thread_floors.get(role), last.thread_floors.get(role)
+    if floors[0] is None or floors[1] is None:
+        return _grew_with_starts(f"{ROLES[role]} threads", _uncapped(second.process(role)),
+                                 _uncapped(last.process(role)), THREADS, "threads", each, starts)
+    return _grew_with_starts(f"{ROLES[role]} threads floor", floors[0], floors[1], THREADS, "threads", each, starts)
 
 
 def _uncapped(figures: ProcessFigures) -> int | None:

@@ -64,6 +64,7 @@ import pyarrow as pa
 
 from sharegroup_source.testing.workers import source_workers
 from soak.long.intervals import MB, ProcessFigures
+from soak.long.verdict import CAPPED_POOLS
 
 __all__ = [
     "DRIVER_JVM_OPTIONS",
@@ -81,6 +82,7 @@ __all__ = [
     "start_tracing",
     "task_workers",
     "thread_counts",
+    "uncapped_threads",
 ]
 
 #: A jcmd call starts a JVM of its own and waits for the driver JVM's answer (a full collection included).
@@ -130,6 +132,12 @@ def figures_of(processes: Iterable[psutil.Process]) -> ProcessFigures:
     if not pids:
         return ProcessFigures()
     return ProcessFigures(tuple(sorted(pids)), round(rss / MB, 1), threads, fds, dict(names), dict(kinds))
+
+
+def uncapped_threads(pid: int) -> int | None:
+    """The process's threads outside the capped pools; None once it ended."""
+    names = _thread_names(pid)
+    return sum(n for name, n in names.items() if name not in CAPPED_POOLS) if names else None
 
 
 def _thread_names(pid: int) -> Counter[str]:
@@ -264,15 +272,11 @@ def heap_floor() -> Floors:
 
 
 def thread_counts(processes: Callable[[], Mapping[str, psutil.Process | None]]) -> Floors:
-    """Each of ``processes``' threads (by role), counted every :data:`THREADS_COUNT_EVERY_S`."""
+    """Each of ``processes``' threads (by role) outside the capped pools (soak.long.verdict.CAPPED_POOLS, judged
+    against their maximum apart), counted every :data:`THREADS_COUNT_EVERY_S`."""
     def reading() -> dict[str, float | None]:
-        counts: dict[str, float | None] = {}
-        for role, process in processes().items():
-            try:
-                counts[role] = None if process is None else process.num_threads()
-            except psutil.Error:  # ended meanwhile
-                counts[role] = None
-        return counts
+        return {role: None if process is None else uncapped_threads(process.pid)
+                for role, process in processes().items()}
 
     return Floors(reading, THREADS_COUNT_EVERY_S, "soak-thread-floor")
 

@@ -28,7 +28,7 @@ from soak.faults import FAULTS, SoakContext, SoakHooks
 from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane
 from soak.long.footprints import footprints
-from soak.long.intervals import THREAD_ROLES, Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
+from soak.long.intervals import Interval, LaneFigures, ProcessFigures, RecordFigures, SparkPerStart
 from soak.long.processes import (
     HeapReading,
     driver_jvm,
@@ -157,7 +157,6 @@ class _Sampler:
         jvm = processes["driver_jvm"].pids
         heap = jvm_heap(jvm[0]) if jvm else HeapReading()
         self.heap_floor.read({"jvm_heap": heap.live_mb})
-        self.thread_floors.read({role: processes[role].threads for role in THREAD_ROLES})
         batches = self._batches.take()
         lanes = {"broker": LaneFigures(batches["broker"], self._broker_records(ctx), ctx.query.starts),
                  "delta": LaneFigures(batches["delta"], self._delta_records(), self._delta.query.starts)}

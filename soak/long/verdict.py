@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -81,15 +82,21 @@ MEMORY: dict[str, Tolerance] = {
 #: bootstrap address), and clients come and go (an independent member, the worker's pooled readers, connections
 #: after a broker's restart), as do Spark's cached pools; seen 61-96 in the driver Python and 62-129 in the worker, up
 #: and down (2026-11-28). A leak of one per batch is far beyond. What Spark leaves per query start is allowed apart.
-#: Judged on each interval's least count (soak.long.processes.thread_counts): pools that let idle threads go swing a
-#: single count by far more (delta-rs's tokio pool: 32 to 223 threads in the worker, 2026-11-29's fifth 2-hour run).
+#: Judged on each interval's least count outside the capped pools below (soak.long.processes.thread_counts): the
+#: driver Python's count is a sample at the sample's moment, and librdkafka's clients are made and closed meanwhile.
 THREADS = Tolerance(0.25, 40)
 #: Spark's cached thread pools with a maximum, by the name the kernel keeps (15 characters): the driver's block
 #: manager endpoints (``ThreadUtils.newDaemonCachedThreadPool(name, 100)``, read from Spark 4.2's bytecode). A pool
 #: grows while asks queue up and lets a thread go after 60 s idle, so a sample counts from a few to dozens (+57 and
 #: +52 between the second and the last interval of 2026-11-29's third 2-hour run, both far below 100). They cannot
-#: leak past their maximum: they are taken out of the threads' growth and judged against it instead.
-CAPPED_POOLS: dict[str, int] = {"block-manager-a": 100, "block-manager-s": 100}
+#: leak past their maximum: they are taken out of the threads' growth and judged against it instead. So is the tokio
+#: runtime delta-rs's Python binding keeps, one a process (``rt()`` in its python/src/utils.rs: tokio's defaults, a
+#: worker a core and at most 512 blocking threads, each let go after 10 s idle): every local file operation of a
+#: Delta table runs on a blocking thread, so the pool holds about as many as the busiest 10 s needed at once, which
+#: a table's file count sets (the delta lane's worker: 32 to 223 at one sample or another of 2026-11-29's fifth
+#: 2-hour run; 250 through four minutes of an embedded run, counted every 15 s).
+CAPPED_POOLS: dict[str, int] = {"block-manager-a": 100, "block-manager-s": 100,
+                                "tokio-rt-worker": 512 + (os.cpu_count() or 1)}
 #: Open descriptors per process: sockets to three brokers come and go with kills and restarts. (Spark's per query
 #: start, allowed apart: the Python data source's worker factory, a listening socket and selectors, in the JVM;
 #: py4j's callback socket in the driver's Python.)

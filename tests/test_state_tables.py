@@ -337,11 +337,11 @@ def test_background_maintenance_serves_every_round_from_one_thread_on_tables_it_
     """Rounds run one at a time in one thread on the tables it opened; a failed round's tables are opened again;
     close lets the asked round finish and ends the thread, and asks for nothing after."""
     opened: list[list[str]] = []
-    threads: set[int] = set()
+    threads: set[threading.Thread] = set()
     go = threading.Event()
 
     def maintain(tables: list[str]) -> None:
-        threads.add(threading.get_ident())
+        threads.add(threading.current_thread())
         go.wait(30)
         tables.append("round")
         if len(tables) == 2:
@@ -362,7 +362,7 @@ def test_background_maintenance_serves_every_round_from_one_thread_on_tables_it_
     assert not maintenance.request(), "a round was asked for after the close"
     assert [len(tables) for tables in opened] == [2, 2], "the tables were not kept, or not reopened after a failure"
     assert maintenance.rounds == 2 and len(threads) == 1, "each second round on a table instance fails"
-    assert not any(t.name == "maintain-test state" for t in threading.enumerate()), "the thread outlived close"
+    assert not any(t.is_alive() for t in threads), "the thread outlived close"
 
 
 def test_a_reader_left_behind_past_the_logs_cleanup_sees_the_latest_rows_and_writes_on(tmp_path: Path) -> None:

@@ -4,11 +4,12 @@ The driver-side runner lives as long as its query, and each batch allocates smal
 several threads (Spark's calls, the commit watcher, maintenance, pyarrow's readers of the state's
 files). pyarrow's default pool, mimalloc, kept what they freed: over the fifth 2-hour soak
 (2026-11-29) its region in the delta lane's runner grew 9 to 68 MB while Arrow had 1-2 MB allocated,
-and ``release_unused`` gave back 11 MB of it. The driver's state work alone, 3,000 epochs
-(2026-11-29): mimalloc's region 10 to 35 MB (25 MB with ``release_unused`` after every round and
-every 50 epochs); under the jemalloc pool, which returns freed pages to the system, the process's
-anonymous memory outside glibc's and pymalloc's arenas stayed at 64-68 MB over 2,000 epochs, with
-no mimalloc region at all.
+and ``release_unused`` gave back 11 MB of it. The driver's state work alone (2026-11-29): mimalloc's
+region 10 to 19 MB over epochs 500 to 1,500 and 35 MB at 3,000; with this pool set, 10 to 11 MB over
+the same 1,000 epochs. ``set_memory_pool`` sets pyarrow's default, which pyarrow's own calls use;
+Arrow's C++ readers underneath still take Arrow's process default, which only
+``ARROW_DEFAULT_MEMORY_POOL`` chooses, before Arrow first allocates (with it set to jemalloc the
+same loop kept no mimalloc region at all).
 
 A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone, as is a pyarrow built without
 jemalloc (its default then stays).

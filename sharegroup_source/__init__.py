@@ -11,12 +11,21 @@ The connector's exceptions (``sharegroup_source.errors``) are importable from he
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 # delta-rs logs from Rust at WARN unless RUST_LOG says otherwise, read once when deltalake loads: on an s3://
 # location without a region or credentials the AWS SDK warns three times (IMDS lookups) before the store's own
 # error, which the connector reports as one line (locations.py). A user's RUST_LOG wins.
 os.environ.setdefault("RUST_LOG", "warn,aws_config=error")
+
+from sharegroup_source.arrow_pool import returning_pool, worker_environment
+
+# Arrow chooses its pool when pyarrow loads, from the environment: jemalloc for this process (pyarrow loads with the
+# imports below) and for every process started after this import (a session's JVM and its Python workers), unless
+# a pool was chosen. See arrow_pool.
+os.environ.update(returning_pool(os.environ))
 
 from sharegroup_source.errors import (
     AuthenticationError,
@@ -63,7 +72,28 @@ def register(spark: SparkSession) -> None:
     if not _is_connect(spark):
         check_worker_python(spark)
     if not _has_format(spark, ShareGroupDataSource.name()):
-        spark.dataSource.register(ShareGroupDataSource)
+        with _workers_take_this_pool(spark):
+            spark.dataSource.register(ShareGroupDataSource)
+
+
+@contextmanager
+def _workers_take_this_pool(spark: SparkSession) -> Iterator[None]:
+    """While registering, the session's worker environment carries this process's Arrow pool.
+
+    Spark gives the format's Python processes (the driver-side runner that keeps a query's state among them)
+    the SparkContext's ``environment`` as it is when the format is registered; a JVM started before
+    ``sharegroup_source`` was imported lacks the variable. Other Python functions of the session keep theirs.
+    """
+    if _is_connect(spark):  # the server starts the workers with its own environment
+        yield
+        return
+    context = spark.sparkContext
+    workers = context.environment
+    context.environment = worker_environment(workers)
+    try:
+        yield
+    finally:
+        context.environment = workers
 
 
 def _is_connect(spark: SparkSession) -> bool:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from sharegroup_source.arrow_pool import POOL_VARIABLE
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("setup.py", "pyproject.toml", "README.md", "pyspark_sharegroup.py", "sharegroup_source", "state_store")
 
@@ -44,6 +46,10 @@ SESSION_BEFORE_INSTALL = textwrap.dedent("""
     import sharegroup_source
     sharegroup_source.register(spark)
     print("after register:", load(), flush=True)
+    # what Spark hands the format's Python processes (the driver-side runner among them), and the session's own
+    registered = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("sharegroup")
+    print("its workers' pool:", registered.dataSourceCls().envVars().get("ARROW_DEFAULT_MEMORY_POOL"),
+          "- the session's:", spark.sparkContext.environment.get("ARROW_DEFAULT_MEMORY_POOL"), flush=True)
     sharegroup_source.register(spark)
     print("after a second register:", load(), flush=True)
     spark.stop()
@@ -103,7 +109,8 @@ def test_the_installed_wheel_is_found_and_register_helps_an_older_session(wheel:
     python, site = fresh_venv(tmp_path / "venv")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")},
+    # the JVM of a session started before the install lacks the Arrow pool the package chooses (arrow_pool.py)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", POOL_VARIABLE)},
            "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(python)}
 
     # a session started before the install (the %pip-into-a-running-session case)
@@ -115,6 +122,7 @@ def test_the_installed_wheel_is_found_and_register_helps_an_older_session(wheel:
         "before install: DATA_SOURCE_NOT_FOUND",
         "after install: DATA_SOURCE_NOT_FOUND",
         "after register: found",
+        "its workers' pool: jemalloc - the session's: None",
         "after a second register: found",
     ], before.stderr[-3000:]
     # register is idempotent: Spark logs this warning when a registration replaces another

@@ -40,7 +40,7 @@ else:
     except ImportError:  # Spark 4.0 and 4.1: Python sources get neither admission control nor AvailableNow
         ADMISSION_CONTROL = False
 
-from sharegroup_source.driver.arrow_pool import use_a_returning_pool
+from sharegroup_source.arrow_pool import use_a_returning_pool
 from sharegroup_source.driver.checkpoint_logs import OffsetLog
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.error_report import reported

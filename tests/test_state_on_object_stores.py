@@ -37,6 +37,7 @@ from tests.conftest import selected_peers
 from tests.object_stores import azurite, gcs_server, s3_server  # noqa: F401  (session fixtures)
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
+from tests.test_state_tables import rewrite_that_loses_a_race
 
 pytestmark = pytest.mark.object_store
 #: The store is what these tests vary; Kafka is Apache Kafka's broker (the embedded one if it alone is selected).
@@ -347,6 +348,12 @@ def test_maintenance_on_the_store_deletes_the_files_overwrites_replaced(store):
     table.maintain()
     assert unreferenced() == []
     assert [r["n"] for r in table.snapshot().rows()] == [4]
+
+
+def test_a_rewrite_that_loses_its_race_on_the_store_leaves_no_copy_behind(store):
+    """The lost attempt's file goes through the store's own protocol, as vacuum's deletes do."""
+    _, unreferenced = rewrite_that_loses_a_race(store.uri("rewritten"), store.storage)
+    assert len(unreferenced) == 4, f"beyond the 4 files the rewrite replaced: {sorted(unreferenced)}"
 
 
 # -- a store at fault, and a store without an atomic commit --------------------------------------------------------

@@ -487,6 +487,39 @@ def test_maintenance_beside_writers_that_overwrite_checkpoints_and_deletes_what_
 
 
 
+def rewrite_that_loses_a_race(uri: str, storage_options: dict[str, str] | None = None) -> tuple[StateTable, list[str]]:
+    """Rewrite a table whole while another writer appends in the middle of the first attempt, as the batches'
+    appends race maintenance's fold of the ledger; returns the table and the files on its store that its
+    snapshot does not reference (replaced ones and any a lost attempt left)."""
+    schema = pa.schema([("n", pa.int64())])
+    table = StateTable(uri, "ledger", schema, storage_options=storage_options)
+    for n in range(3):
+        table.commit(lambda s, n=n: Write(pa.table({"n": [n]}, schema=schema)))
+    other = StateTable(uri, "ledger", schema, storage_options=storage_options)
+    attempts = []
+
+    def fold(snapshot):
+        attempts.append(snapshot.version)
+        if len(attempts) == 1:  # the append lands while this attempt writes its copy
+            other.commit(lambda s: Write(pa.table({"n": [3]}, schema=schema)))
+        return Write(pa.table({"n": [sum(r["n"] for r in snapshot.rows())]}, schema=schema), mode="overwrite")
+
+    table.commit(fold)
+    assert len(attempts) == 2 and table.lost_races == 1, f"attempts on versions {attempts}"
+    assert [r["n"] for r in StateTable(uri, "ledger", schema, storage_options=storage_options).snapshot().rows()] \
+        == [0 + 1 + 2 + 3], "the rewrite's second attempt did not fold the append that won the race"
+    delta = DeltaTable(table.uri, storage_options=storage_options)
+    unreferenced = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
+    return table, unreferenced
+
+
+def test_a_whole_table_rewrite_that_loses_its_race_leaves_no_copy_behind(tmp_path: Path) -> None:
+    """A lost attempt's file is deleted at once, not left for vacuum's orphan retention: the sixth 2-hour soak's
+    ledger held 943 B per live row on disk beyond its snapshot, whole-ledger copies of lost maintenance rewrites."""
+    _, unreferenced = rewrite_that_loses_a_race(str(tmp_path / "state"))
+    assert len(unreferenced) == 4, f"beyond the 4 files the rewrite replaced: {sorted(unreferenced)}"
+
+
 def test_a_state_table_an_earlier_release_made_keeps_no_tombstones_past_maintenance(tmp_path: Path) -> None:
     """Earlier releases made internal state tables with Delta's week of removed-file retention, which checkpoints
     keep tombstones for: every maintenance round then listed, and deleted again, every file a week of overwrites had

@@ -16,7 +16,7 @@ proxy does not serve it). gcp-storage-emulator (PyPI) stores an XML ``PUT`` with
 precondition, and serves no XML list: a commit on it is not atomic either (docs/object-stores.md).
 
 So this module runs fake-gcs-server (``-backend memory``) and, in front of it, a small proxy in a child
-process, the endpoint delta-rs is given. The proxy passes every request through unchanged but two:
+process, the endpoint delta-rs is given. The proxy passes every request through unchanged but these:
 
 - ``PUT /bucket/key`` becomes the JSON API's media upload of the same bytes, with the request's
   ``x-goog-if-generation-match`` as ``ifGenerationMatch``: fake-gcs-server, not the proxy, decides
@@ -32,10 +32,14 @@ It counts the commit PUTs it answered (:meth:`GcsServer.counts`) and can hold th
 objects live on, and the port stays the same. The proxy answers one request per connection
 (HTTP/1.0), so a closed listener is a whole outage.
 
+- a multipart upload (``POST ?uploads``, ``PUT ?partNumber&uploadId``, ``POST ?uploadId``, ``DELETE
+  ?uploadId``: delta-rs's ``DeltaStorageHandler`` writes every file so, the state store's whole-table rewrites
+  among them) keeps its parts in the proxy and uploads the joined object when it completes.
+
 What it does not emulate: authentication (object_store is told ``disable_oauth``; fake-gcs-server
-checks no token, so a wrong credential is not refused), the XML API's multipart uploads and copies
-(refused with 400 ``NotImplemented``, not a 5xx object_store would retry for minutes: delta-rs's commits
-and the suite's small files use neither), conditional reads, throttling (429), latency.
+checks no token, so a wrong credential is not refused), the XML API's copies (refused with 400
+``NotImplemented``, not a 5xx object_store would retry for minutes), conditional reads, throttling (429),
+latency.
 
 Where it comes from: ``fake-gcs-server`` built from the Go module proxy by ``make gcs`` (``go install``,
 the version the Makefile pins, into ``.venv/bin``); ``SHAREGROUP_FAKE_GCS`` names another binary.
@@ -52,6 +56,7 @@ A server's buckets are shared by every test that uses it: give each test its own
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -116,6 +121,7 @@ class _FrontState:
         self.commits_open = threading.Event()  # cleared: commit PUTs wait (GcsServer.commits_held)
         self.commits_open.set()
         self.waiting = 0  # commit PUTs waiting for commits_open
+        self.uploads = _Uploads()
         self._counts: dict[str, list[int]] = {}  # bucket -> [commits, conflicts]
         self._lock = threading.Lock()
 
@@ -134,6 +140,37 @@ class _FrontState:
         with self._lock:
             rows = [c for b, c in self._counts.items() if bucket is None or b == bucket]
         return CommitCounts(sum(c[0] for c in rows), sum(c[1] for c in rows))
+
+
+class _Uploads:
+    """Multipart uploads begun and not yet completed or aborted: their parts, in the front's memory."""
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[str, str, str], dict[int, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, bucket: str, name: str) -> str:
+        upload_id = uuid.uuid4().hex
+        with self._lock:
+            self._parts[(bucket, name, upload_id)] = {}
+        return upload_id
+
+    def part(self, bucket: str, name: str, upload_id: str, number: int, body: bytes) -> str | None:
+        """Keep a part; its ETag, or None when no such upload was begun."""
+        with self._lock:
+            parts = self._parts.get((bucket, name, upload_id))
+            if parts is None:
+                return None
+            parts[number] = body
+        return hashlib.md5(body).hexdigest()
+
+    def complete(self, bucket: str, name: str, upload_id: str, numbers: list[int] | None) -> bytes | None:
+        """End an upload: the listed parts joined in order (None: aborted), or None when no such upload was begun."""
+        with self._lock:
+            parts = self._parts.pop((bucket, name, upload_id), None)
+        if parts is None or numbers is None:
+            return None
+        return b"".join(parts[n] for n in numbers)
 
 
 class _Listener(ThreadingHTTPServer):
@@ -185,15 +222,30 @@ class _Front(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._relay(*self._upstream("HEAD", self.path, headers=self._passed_headers()), head=True)
 
-    def do_DELETE(self) -> None:
-        self._relay(*self._upstream("DELETE", self.path, headers=self._passed_headers()))
-
     def do_POST(self) -> None:
-        self._discard_body()
-        self._error(400, "NotImplemented", "The suite's GCS front does not emulate XML API multipart uploads.")
+        bucket, name, query = self._target()
+        asked = parse_qs(query, keep_blank_values=True)
+        uploads = self.server.state.uploads
+        if name is not None and "uploads" in asked:  # a multipart upload begins
+            self._discard_body()
+            upload_id = uploads.begin(bucket, name)
+            self._respond(200, [("Content-Type", "application/xml")], (
+                f"<?xml version='1.0' encoding='UTF-8'?><InitiateMultipartUploadResult><Bucket>{bucket}</Bucket>"
+                f"<Key>{name}</Key><UploadId>{upload_id}</UploadId></InitiateMultipartUploadResult>").encode())
+        elif name is not None and "uploadId" in asked:  # and completes: the parts become the object
+            body = self._body()
+            parts = uploads.complete(bucket, name, asked["uploadId"][0],
+                                     [int(p.findtext("PartNumber") or 0) for p in ElementTree.fromstring(body)])
+            if parts is None:
+                self._error(404, "NoSuchUpload", "The specified multipart upload does not exist.")
+            else:
+                self._store(bucket, name, parts, None, complete=True)
+        else:
+            self._discard_body()
+            self._error(400, "NotImplemented", "The suite's GCS front emulates no other XML API POST.")
 
     def do_PUT(self) -> None:
-        bucket, name, _ = self._target()
+        bucket, name, query = self._target()
         if name is None or "x-goog-copy-source" in self.headers:
             self._discard_body()
             self._error(400, "NotImplemented", "The suite's GCS front emulates object uploads only (no copies).")
@@ -201,13 +253,35 @@ class _Front(BaseHTTPRequestHandler):
         if "Content-Length" not in self.headers:
             self._error(411, "MissingContentLength", "You must provide the Content-Length HTTP header.")
             return
-        body = self.rfile.read(int(self.headers["Content-Length"]))
+        body = self._body()
+        asked = parse_qs(query)
+        if "uploadId" in asked:  # a part of a multipart upload
+            etag = self.server.state.uploads.part(bucket, name, asked["uploadId"][0], int(asked["partNumber"][0]), body)
+            if etag is None:
+                self._error(404, "NoSuchUpload", "The specified multipart upload does not exist.")
+            else:
+                self._respond(200, [("ETag", f'"{etag}"')])
+            return
+        self._store(bucket, name, body, self.headers.get("x-goog-if-generation-match"))
+
+    def do_DELETE(self) -> None:
+        bucket, name, query = self._target()
+        upload_id = parse_qs(query).get("uploadId")
+        if name is not None and upload_id:  # a multipart upload aborted
+            self.server.state.uploads.complete(bucket, name, upload_id[0], None)
+            self._respond(204, [])
+        else:
+            self._relay(*self._upstream("DELETE", self.path, headers=self._passed_headers()))
+
+    # -- the parts
+
+    def _store(self, bucket: str, name: str, body: bytes, match: str | None, complete: bool = False) -> None:
+        """Upload an object through the JSON API, ``match`` its ``ifGenerationMatch``, and answer as the XML API."""
         state = self.server.state
         commit = _COMMIT_NAME.match(name) is not None
         if commit and not state.commits_open.is_set():
             state.hold()
         query = {"uploadType": "media", "name": name}
-        match = self.headers.get("x-goog-if-generation-match")
         if match is not None:
             query["ifGenerationMatch"] = match
         status, _, data = self._upstream(
@@ -217,7 +291,10 @@ class _Front(BaseHTTPRequestHandler):
             state.count(bucket, refused=status == 412)
         if status == 200:
             stored = json.loads(data)
-            self._respond(200, [("ETag", f'"{stored["etag"]}"'), ("x-goog-generation", str(stored["generation"]))])
+            etag, generation = f'"{stored["etag"]}"', str(stored["generation"])
+            result = (f"<?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult><Bucket>{bucket}</Bucket>"
+                      f"<Key>{name}</Key><ETag>{etag}</ETag></CompleteMultipartUploadResult>").encode()
+            self._respond(200, [("ETag", etag), ("x-goog-generation", generation)], result if complete else b"")
         elif status == 412:
             self._error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold.")
         elif status == 404:
@@ -225,7 +302,8 @@ class _Front(BaseHTTPRequestHandler):
         else:
             self._error(status, "InternalError", data.decode("utf-8", "replace"))
 
-    # -- the parts
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _target(self) -> tuple[str, str | None, str]:
         """The bucket, the object name (None: the bucket itself) and the query of the request."""

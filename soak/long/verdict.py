@@ -143,12 +143,11 @@ STATE_BYTES_PER_ROW = Tolerance(0.25, 512)
 #: level off; judged on the intervals after it only.
 DEAD_BYTES = Tolerance(0.25, 1024 * 1024)
 ORPHAN_RETENTION = timedelta(hours=ORPHAN_RETENTION_HOURS)
-#: The same, per live row, for the tables RETAINED_BY_EPOCH: their maintenance rewrites the whole table, and a rewrite
-#: that loses its commit race to the batches' appends leaves a copy of the whole table behind until the orphan
-#: retention lets vacuum delete it. The copies' count is what maintenance bounds (the delta lane's ledger held 20 to 26
-#: in the second hour of 2026-11-29's fourth 2-hour run), their size follows the table's, which grows by design until
-#: it holds its epochs: 3.0 -> 4.8 MB beyond the snapshot while its rows went 4,231 -> 5,633. Per row, the copies'
-#: count is judged, and what a row costs in each: 716 -> 847 B between the same intervals.
+#: The same, per live row, for the tables RETAINED_BY_EPOCH: their maintenance rewrites the whole table, so what a
+#: row costs is judged while the table grows by design until it holds its epochs. A rewrite that lost its commit race
+#: to the batches' appends used to leave its copy of the whole table until the orphan retention let vacuum delete it:
+#: 663 -> 943 B per row between the intervals judged in the sixth 2-hour run (2026-11-30), more copies of a larger
+#: table as the rewrite took longer; StateTable deletes a lost rewrite's file at once since.
 DEAD_BYTES_PER_ROW = Tolerance(0.25, 64)
 
 

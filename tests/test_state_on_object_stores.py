@@ -352,7 +352,7 @@ def test_maintenance_on_the_store_deletes_the_files_overwrites_replaced(store):
 
 def test_a_rewrite_that_loses_its_race_on_the_store_leaves_no_copy_behind(store):
     """The lost attempt's file goes through the store's own protocol, as vacuum's deletes do."""
-    _, unreferenced = rewrite_that_loses_a_race(store.uri("rewritten"), store.storage)
+    unreferenced = rewrite_that_loses_a_race(store.uri("rewritten"), store.storage)
     assert len(unreferenced) == 4, f"beyond the 4 files the rewrite replaced: {sorted(unreferenced)}"
 
 

@@ -487,10 +487,10 @@ def test_maintenance_beside_writers_that_overwrite_checkpoints_and_deletes_what_
 
 
 
-def rewrite_that_loses_a_race(uri: str, storage_options: dict[str, str] | None = None) -> tuple[StateTable, list[str]]:
+def rewrite_that_loses_a_race(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
     """Rewrite a table whole while another writer appends in the middle of the first attempt, as the batches'
-    appends race maintenance's fold of the ledger; returns the table and the files on its store that its
-    snapshot does not reference (replaced ones and any a lost attempt left)."""
+    appends race maintenance's fold of the ledger; returns the files on its store that its snapshot does not
+    reference (replaced ones and any a lost attempt left)."""
     schema = pa.schema([("n", pa.int64())])
     table = StateTable(uri, "ledger", schema, storage_options=storage_options)
     for n in range(3):
@@ -509,14 +509,13 @@ def rewrite_that_loses_a_race(uri: str, storage_options: dict[str, str] | None =
     assert [r["n"] for r in StateTable(uri, "ledger", schema, storage_options=storage_options).snapshot().rows()] \
         == [0 + 1 + 2 + 3], "the rewrite's second attempt did not fold the append that won the race"
     delta = DeltaTable(table.uri, storage_options=storage_options)
-    unreferenced = delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
-    return table, unreferenced
+    return delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
 
 
 def test_a_whole_table_rewrite_that_loses_its_race_leaves_no_copy_behind(tmp_path: Path) -> None:
     """A lost attempt's file is deleted at once, not left for vacuum's orphan retention: the sixth 2-hour soak's
     ledger held 943 B per live row on disk beyond its snapshot, whole-ledger copies of lost maintenance rewrites."""
-    _, unreferenced = rewrite_that_loses_a_race(str(tmp_path / "state"))
+    unreferenced = rewrite_that_loses_a_race(str(tmp_path / "state"))
     assert len(unreferenced) == 4, f"beyond the 4 files the rewrite replaced: {sorted(unreferenced)}"
 
 

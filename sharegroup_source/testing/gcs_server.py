@@ -24,17 +24,16 @@ process, the endpoint delta-rs is given. The proxy passes every request through 
   ``x-goog-generation``, 412 ``PreconditionFailed``, 404 ``NoSuchBucket``);
 - a list with ``start-after`` (object_store's list with an offset) drops the keys up to it, which
   fake-gcs-server's XML list ignores, and a list of a bucket that does not exist answers 404
-  ``NoSuchBucket`` as GCS does (fake-gcs-server: 500, which object_store retries for minutes).
+  ``NoSuchBucket`` as GCS does (fake-gcs-server: 500, which object_store retries for minutes);
+- a multipart upload (``POST ?uploads``, ``PUT ?partNumber&uploadId``, ``POST ?uploadId``, ``DELETE
+  ?uploadId``: delta-rs's ``DeltaStorageHandler`` writes every file so, the state store's whole-table rewrites
+  among them) keeps its parts in the proxy and uploads the joined object when it completes.
 
 It counts the commit PUTs it answered (:meth:`GcsServer.counts`) and can hold them back
 (:meth:`GcsServer.commits_held`) to line two writers up, as the S3 server does. An outage
 (:meth:`GcsServer.down`, :meth:`GcsServer.up`) closes the proxy's listener: fake-gcs-server and its
 objects live on, and the port stays the same. The proxy answers one request per connection
 (HTTP/1.0), so a closed listener is a whole outage.
-
-- a multipart upload (``POST ?uploads``, ``PUT ?partNumber&uploadId``, ``POST ?uploadId``, ``DELETE
-  ?uploadId``: delta-rs's ``DeltaStorageHandler`` writes every file so, the state store's whole-table rewrites
-  among them) keeps its parts in the proxy and uploads the joined object when it completes.
 
 What it does not emulate: authentication (object_store is told ``disable_oauth``; fake-gcs-server
 checks no token, so a wrong credential is not refused), the XML API's copies (refused with 400
@@ -291,10 +290,12 @@ class _Front(BaseHTTPRequestHandler):
             state.count(bucket, refused=status == 412)
         if status == 200:
             stored = json.loads(data)
-            etag, generation = f'"{stored["etag"]}"', str(stored["generation"])
-            result = (f"<?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult><Bucket>{bucket}</Bucket>"
-                      f"<Key>{name}</Key><ETag>{etag}</ETag></CompleteMultipartUploadResult>").encode()
-            self._respond(200, [("ETag", etag), ("x-goog-generation", generation)], result if complete else b"")
+            etag = f'"{stored["etag"]}"'
+            result = b""
+            if complete:
+                result = (f"<?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult><Bucket>{bucket}"
+                          f"</Bucket><Key>{name}</Key><ETag>{etag}</ETag></CompleteMultipartUploadResult>").encode()
+            self._respond(200, [("ETag", etag), ("x-goog-generation", str(stored["generation"]))], result)
         elif status == 412:
             self._error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold.")
         elif status == 404:

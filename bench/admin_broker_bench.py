@@ -25,7 +25,6 @@ import argparse
 import json
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import psutil
 from sharegroup_source.admin import describe_groups, reset_offsets
 from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import offsets_request, parse_offsets
-from sharegroup_source.testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, kafka_java
+from sharegroup_source.testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, free_port, kafka_java
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, kafka_session
 
 __all__ = ["GROUP_COUNTS", "run"]
@@ -220,9 +219,7 @@ class BrokerRequests:
         if len(pids) != 1 or jcmd is None:
             self.reason = f"not counted: broker process {pids or 'not found'}, jcmd {jcmd}"
             return
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            jmx_port = probe.getsockname()[1]
+        jmx_port = free_port()
         started = subprocess.run([jcmd, str(pids.pop()), "ManagementAgent.start", f"jmxremote.port={jmx_port}",
                                   "jmxremote.host=127.0.0.1", "jmxremote.authenticate=false", "jmxremote.ssl=false"],
                                  capture_output=True, text=True, timeout=60, check=False)

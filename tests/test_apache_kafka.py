@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ import textwrap
 import psutil
 import pytest
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka
+from sharegroup_source.testing.apache_kafka import EPHEMERAL_PORTS, FIRST_CHOSEN_PORT, ApacheKafka, free_port
 from sharegroup_source.testing.jars import JarsMissing, jar_dir
 from sharegroup_source.testing.kafka_peers import wait_for
 
@@ -59,3 +60,14 @@ def test_missing_jars_are_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("SHAREGROUP_JARS", str(tmp_path))
     with pytest.raises(JarsMissing, match=r"no jars in .*kafka: run `make jars`"):
         jar_dir("kafka")
+
+
+def test_free_ports_lie_below_the_ports_the_kernel_hands_out():
+    """A client still dialling a stopped broker's port never reaches a socket the kernel gave someone else since
+    (Spark's one-shot collect() server took one such client's request for its authentication, CI 2026-11-30)."""
+    first_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert all(FIRST_CHOSEN_PORT <= port < first_ephemeral for port in ports), (first_ephemeral, ports)
+    for port in ports:  # free when chosen: nothing listens there
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))

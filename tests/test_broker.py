@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.testing.apache_kafka import free_port
 from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 
@@ -42,9 +42,7 @@ def test_cli_serves_topics_and_stops_on_sigterm():
 
 
 def test_cli_port_forwards_bootstrap_and_refuses_a_busy_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process, servers = _start_cli("--topic", "orders:2", "--port", str(port))
     try:
         assert servers.startswith(f"127.0.0.1:{port},")

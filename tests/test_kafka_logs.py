@@ -4,7 +4,6 @@ no CONFWARN, the preview notice once at INFO; Java-client settings fail at load(
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,17 +18,12 @@ from sharegroup_source.kafka.client_log import KAFKA_LOGGER, ClientLog
 from sharegroup_source.kafka.metadata import partition_counts
 from sharegroup_source.kafka.settings import CONSUMER_ONLY, admin_config
 from sharegroup_source.options import SourceOptions
+from sharegroup_source.testing.apache_kafka import free_port
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.group.id": "g", "subscribe": "t",
         "stateLocation": "/tmp/sharegroup-state"}
 FAIL = "FAIL [rdkafka#consumer-1] [thrd:{b}/bootstrap]: {b}/bootstrap: Connect to ipv4#{b} failed: Connection refused"
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kafka_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -70,7 +64,7 @@ def test_an_unreachable_bootstrap_server_prints_no_storm(capfd: pytest.CaptureFi
 
     Only lines about this server count: stderr is the process's, and a test-tooling client of another
     test's broker that was shut down may complain there meanwhile (seen once, beside a CPU burner)."""
-    server = f"127.0.0.1:{closed_port()}"
+    server = f"127.0.0.1:{free_port()}"
     with caplog.at_level(logging.INFO, logger=KAFKA_LOGGER), pytest.raises(ClusterError, match="cannot reach"):
         ShareClient({"bootstrap.servers": server, "group.id": "g"}, ["t"], metadata_timeout_s=4)
     raw = [line for line in capfd.readouterr().err.splitlines() if server in line]
@@ -153,7 +147,7 @@ def test_kafka_debug_turns_the_client_debug_log_on() -> None:
         from confluent_kafka import Consumer
         from sharegroup_source.kafka.settings import consumer_config
         for debug in ("", "broker"):
-            config = {{"bootstrap.servers": "127.0.0.1:{closed_port()}", "group.id": "g", "debug": debug}}
+            config = {{"bootstrap.servers": "127.0.0.1:{free_port()}", "group.id": "g", "debug": debug}}
             consumer = Consumer(consumer_config(config) if debug else consumer_config(
                 {{k: v for k, v in config.items() if k != "debug"}}))
             consumer.poll(1.0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import OptionError
 from sharegroup_source.locations import check_location, resolve_location
 from sharegroup_source.options import SourceOptions, StateOptions
+from sharegroup_source.testing.apache_kafka import free_port
 from state_store import StateStore, StateStoreError
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
@@ -59,12 +59,6 @@ def denying_s3() -> Iterator[str]:
 def s3_options(endpoint: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
             "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": SECRET}
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- forms accepted and refused at load() ----------------------------------------------------------
@@ -163,7 +157,7 @@ def test_dead_letter_location_uses_the_storage_options(tmp_path: Path, denying_s
 
 
 def test_an_unreachable_store_is_called_unreachable() -> None:
-    options = s3_options(f"http://127.0.0.1:{closed_port()}")
+    options = s3_options(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(OptionError, match=r"option 'stateLocation': .*the store cannot be reached") as refused:
         check_location("stateLocation", "s3://bucket/state", options)
     assert SECRET not in str(refused.value)

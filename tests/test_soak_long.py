@@ -538,3 +538,14 @@ def test_a_published_run_can_be_judged_again(tmp_path: Path, capsys):
     written = json.loads((tmp_path / JSON_NAME).read_text())
     assert written["verdict"]["ok"] and (tmp_path / PNG_NAME).stat().st_size > 10_000
     assert "verdict: flat" in capsys.readouterr().out
+
+
+def test_spark_s_descriptors_per_start_are_the_median_of_each_start_s_own_growth():
+    """One start whose sample caught a socket closing late (2026-11-30: the floor of the total read 1 socket a start
+    where every start of the lanes left 2) moves the median of five starts not at all."""
+    from soak.long.spark_baseline import _median_growth
+    sockets = [100, 102, 104, 106, 108, 107]  # the fifth start's sample: an earlier start's socket closed at last
+    counts = [{"socket": n, "anon_inode": 50 + 2 * k, "pipe": 8} for k, n in enumerate(sockets)]
+    assert (sockets[-1] - sockets[0]) // 5 == 1
+    assert _median_growth(counts) == {"anon_inode": 2, "socket": 2}  # a kind that did not grow is allowed nothing
+    assert _median_growth([{"socket": 3}, {"socket": 9}, {"socket": 3}, {}]) == {}  # one start's burst is no cost

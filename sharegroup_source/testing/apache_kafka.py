@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import base64
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -34,9 +35,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from sharegroup_source.testing.jars import java, kafka_classpath
 
-__all__ = ["KAFKA_TOOLS", "PERFORMANCE_OPTS_ENV", "TEST_SETTINGS", "ApacheKafka", "BrokerStartError", "KafkaNode",
-           "create_topic", "free_port", "kafka_java", "new_cluster_id", "orphan_guard", "set_group_configs",
-           "wait_ready"]
+__all__ = ["EPHEMERAL_PORTS", "FIRST_CHOSEN_PORT", "KAFKA_TOOLS", "PERFORMANCE_OPTS_ENV", "TEST_SETTINGS",
+           "ApacheKafka", "BrokerStartError", "KafkaNode", "create_topic", "free_port", "kafka_java", "new_cluster_id",
+           "orphan_guard", "set_group_configs", "wait_ready"]
 
 #: Main classes of the Kafka tools the project runs (what bin/*.sh would run).
 KAFKA_TOOLS = {
@@ -136,11 +137,40 @@ def set_group_configs(admin: AdminClient, group: str, settings: Mapping[str, str
         future.result(timeout_s)
 
 
+#: Where the kernel picks the port of a socket bound to port 0 and of an outgoing connection (Linux).
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port :func:`free_port` chooses: above the well-known and most registered services' ports.
+FIRST_CHOSEN_PORT = 10000
+
+
 def free_port() -> int:
-    """A port of 127.0.0.1 nothing listens on right now (the servers the suite starts each take one)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port of 127.0.0.1 nothing listens on right now, below the kernel's ephemeral range where it has one.
+
+    The servers the suite starts each take one. Why not one the kernel hands out: a Kafka client keeps
+    reconnecting to a broker the suite has stopped (a consumer pooled in a Spark Python worker does until its
+    idle timeout), and a socket the kernel later gives Spark on that port (the one-shot server a ``collect()``
+    reads from) takes the stray client's request for its authentication and fails the collect ("serve-DataFrame
+    ... Authentication failed", CI, 2026-11-30). A port below the range is never handed to anyone else. Chosen at
+    random, as the kernel does, so parallel test processes rarely try the same one.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(FIRST_CHOSEN_PORT, low) if low > FIRST_CHOSEN_PORT else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise OSError(f"no free port of 127.0.0.1 between {FIRST_CHOSEN_PORT} and {low} in 200 tries")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        return int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def new_cluster_id() -> str:

@@ -13,13 +13,19 @@ A first start warms up what a session creates once; then :data:`PROBE_STARTS` st
 ``stop()`` are counted, and as many that end with their driver-side source worker SIGKILLed, as most
 of the broker lane's faults end its query (in 2026-11-29's 2-hour run the JVM grew by two sockets
 and two anonymous inodes per idle-worker monitor, where stopped starts had left one of each). A
-thread name or a descriptor kind is allowed what the costlier of the two ends left. Every sample
-waits until Spark's cached pools (block managers, adaptive query stages) have let their idle
-threads go: sampled right after the starts, those pools counted 4 to 9 threads a start
-(2026-11-29), which they give back a minute later. A name counts as left per start when it grew
-by at least one a start; what grew less does not, so the allowance errs short. The verdict gives the
-driver's threads and descriptors this much per start of the lanes' queries between the two intervals
-it compares, and no more.
+thread name or a descriptor kind is allowed what the costlier of the two ends left.
+
+Threads are sampled before and after each end's starts, once Spark's cached pools (block managers,
+adaptive query stages) have let their idle threads go: sampled right after the starts, those pools
+counted 4 to 9 threads a start (2026-11-29), which they give back a minute later. A name counts as
+left per start when it grew by at least one a start; what grew less does not, so the allowance errs
+short. Descriptors are no pool's: they are sampled around every start, and a kind is allowed the
+median of the starts' own growths. A total floored over the starts read one socket a start where
+every start of the lanes left two (2026-11-30's 2-hour run: 843 -> 1,687 JVM descriptors over 211
+starts, against an allowance of 1,560), because one start's socket had not closed yet, or had
+closed early, at a sample; the median of five starts reads through one such start. The verdict
+gives the driver's threads and descriptors this much per start of the lanes' queries between the
+two intervals it compares, and no more.
 
 The driver JVM's live heap gains per start the session the query cloned (its SessionState, SQLConf and
 function registry; 278 KB a start over 80 starts with the status store's caps at 20, 2026-11-29, one
@@ -36,6 +42,7 @@ only afterwards, and a single reading after the probe's first starts was 5 MB ab
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -51,8 +58,9 @@ from soak.long.processes import driver_jvm, figures_of, jvm_heap
 
 __all__ = ["HEAP_BATCHES", "HEAP_STARTS", "PROBE_STARTS", "measure_spark_per_start"]
 
-#: Counted starts: enough that a name growing once a start stands out of pools that grow by a few now and then.
-PROBE_STARTS = 4
+#: Counted starts of each end: enough that a name growing once a start stands out of pools that grow by a few now
+#: and then, and odd, so that the descriptors' median is one start's growth.
+PROBE_STARTS = 5
 #: Short starts that measure the heap a start leaves (a quarter of a MB each, against readings a MB or two apart),
 #: and the batches of the one long start that tells what a batch adds from what a start does.
 HEAP_STARTS = 24
@@ -180,20 +188,23 @@ def measure_spark_per_start(spark: SparkSession, work: str) -> SparkPerStart:
     descriptor kind, what the costlier of the two ends left in the driver per start."""
     spark.dataSource.register(_counter_source())
     _one_start(spark, f"{work}/warm-up")
-    samples = [_idle_driver()]
+    idle = [_idle_driver()]
+    fds: dict[str, dict[str, int]] = {role: {} for role in DRIVER_ROLES}
     for killed in (False, True):
+        around = [_driver()]
         for k in range(PROBE_STARTS):
             _one_start(spark, f"{work}/start-{killed}-{k}", killed)
-        samples.append(_idle_driver())
+            around.append(_driver())
+        idle.append(_idle_driver())
+        for role in DRIVER_ROLES:
+            fds[role] = _larger(fds[role], _median_growth([sample[role].fd_kinds for sample in around]))
     heap = [_heap_mb()]
     short_batches = sum(_one_start(spark, f"{work}/heap-{k}") for k in range(HEAP_STARTS))
     heap.append(_heap_mb())
     long_batches = _one_start(spark, f"{work}/long", batches=HEAP_BATCHES)
     heap.append(_heap_mb())
     per_start = _heap_per_start(heap[1] - heap[0], HEAP_STARTS, short_batches, heap[2] - heap[1], long_batches)
-    return SparkPerStart(
-        {role: _costlier(samples, role, "thread_names") for role in DRIVER_ROLES},
-        {role: _costlier(samples, role, "fd_kinds") for role in DRIVER_ROLES}, PROBE_STARTS, per_start)
+    return SparkPerStart({role: _costlier(idle, role) for role in DRIVER_ROLES}, fds, PROBE_STARTS, per_start)
 
 
 def _heap_per_start(grown: float, starts: int, batches: int, long_grown: float, long_batches: int) -> float:
@@ -204,10 +215,23 @@ def _heap_per_start(grown: float, starts: int, batches: int, long_grown: float, 
     return round(max(0.0, (grown - ratio * long_grown) / (starts - ratio)), 3)
 
 
-def _costlier(samples: list[dict[str, ProcessFigures]], role: str, counts: str) -> dict[str, int]:
-    """Per name, the larger per-start growth of the consecutive ``samples``' ``counts`` of ``role``."""
+def _costlier(samples: list[dict[str, ProcessFigures]], role: str) -> dict[str, int]:
+    """Per thread name, the larger per-start growth of the consecutive ``samples`` of ``role``."""
     grown: dict[str, int] = {}
     for before, after in itertools.pairwise(samples):
-        for name, n in _per_start(getattr(before[role], counts), getattr(after[role], counts)).items():
-            grown[name] = max(grown.get(name, 0), n)
-    return dict(sorted(grown.items()))
+        grown = _larger(grown, _per_start(before[role].thread_names, after[role].thread_names))
+    return grown
+
+
+def _median_growth(counts: list[Mapping[str, int]]) -> dict[str, int]:
+    """Per name, the median of what each step of ``counts`` (a sample around every start) grew it by; the names
+    whose median is above 0."""
+    names = sorted({name for sample in counts for name in sample})
+    median = {name: statistics.median_low(after.get(name, 0) - before.get(name, 0)
+                                          for before, after in itertools.pairwise(counts)) for name in names}
+    return {name: n for name, n in median.items() if n > 0}
+
+
+def _larger(one: Mapping[str, int], other: Mapping[str, int]) -> dict[str, int]:
+    """Per name, the larger of the two counts."""
+    return {name: max(one.get(name, 0), other.get(name, 0)) for name in sorted({*one, *other})}

@@ -22,8 +22,8 @@ left per start when it grew by at least one a start; what grew less does not, so
 short. Descriptors are no pool's: they are sampled around every start, and a kind is allowed the
 median of the starts' own growths. A total floored over the starts read one socket a start where
 every start of the lanes left two (2026-11-30's 2-hour run: 843 -> 1,687 JVM descriptors over 211
-starts, against an allowance of 1,560), because one start's socket had not closed yet, or had
-closed early, at a sample; the median of five starts reads through one such start. The verdict
+starts, against an allowance of 1,560): one start whose socket had not closed yet, or had closed
+early, at a sample moves a total; the median of five starts reads through one such start. The verdict
 gives the driver's threads and descriptors this much per start of the lanes' queries between the
 two intervals it compares, and no more.
 

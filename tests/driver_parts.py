@@ -43,9 +43,11 @@ class FakeCoordinator:
     member_id = "fake-member"
     next_run_takes_over = False  # the book is told apart (driver_parts' hand_over)
 
-    def __init__(self, partitions: Mapping[str, int] | None = None, lock_duration_ms: int | None = 30_000):
+    def __init__(self, partitions: Mapping[str, int] | None = None, lock_duration_ms: int | None = 30_000,
+                 delivery_limit: int = 5):
         self.partitions = dict(partitions or {"t": 2})
         self.lock_duration_ms = lock_duration_ms
+        self.delivery_limit = delivery_limit
         self.acquisitions: deque[pa.Table] = deque()  # what the next acquire calls return, in order
         self.acquire_calls = 0
         self.acknowledged: list[list[AckRun]] = []  # each acknowledge call's runs
@@ -57,6 +59,9 @@ class FakeCoordinator:
 
     def starts_at(self) -> str | None:
         return None
+
+    def acquires_at_most(self, max_records: int | None) -> int:
+        return 2_000 * sum(self.partitions.values())
 
     def take_over(self, unsettled: Sequence[OffsetRange]) -> None:
         self.taken_over = list(unsettled)

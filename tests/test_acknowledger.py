@@ -12,6 +12,7 @@ from sharegroup_source.coordinators.broker.share_client import AckResult
 from sharegroup_source.driver.acknowledger import Acknowledger
 from sharegroup_source.driver.epoch_book import settled_statuses
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store.group import GroupSettings
 
 
 class _Answering:
@@ -35,7 +36,7 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     store.ledger.write_epoch(entry)
     counters = SourceCounters()
     client = _Answering(answered={("t", 0)})
-    coordinator = BrokerCoordinator(client, "run", 30_000)  # type: ignore[arg-type]  # the stand-in answers as a ShareClient
+    coordinator = BrokerCoordinator(client, "run", GroupSettings())  # type: ignore[arg-type]  # a stand-in ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
     acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read, "127.0.0.1:9092")
     acknowledger.settle([entry], {})

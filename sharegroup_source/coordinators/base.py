@@ -66,6 +66,16 @@ class Coordinator(Protocol):
         """How long an acquired record stays locked; None when the member renews its locks while it lives."""
         ...
 
+    @property
+    def delivery_limit(self) -> int:
+        """The group's ``share.delivery.count.limit``: a record acquired this many times is archived, unprocessed,
+        when it is given back or its lock runs out; so the driver never gives such a record back."""
+        ...
+
+    def acquires_at_most(self, max_records: int | None) -> int:
+        """The most records one ``acquire(max_records)`` may bring: what the driver must emit within the lock."""
+        ...
+
     def starts_at(self) -> str | None:
         """Where the group starts in a share-partition it never fetched (``share.auto.offset.reset``): ``latest``
         or ``earliest``; None when it cannot tell. Asked only to explain an empty first acquisition."""

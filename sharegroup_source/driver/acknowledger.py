@@ -110,11 +110,21 @@ class Acknowledger:
         }))
         self._counters.dead_lettered += rows.num_rows
 
-    def dead_letter_archived(self) -> None:
-        """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept."""
+    def dead_letter_archived(self, replayed: Sequence[LedgerEntry] = ()) -> None:
+        """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept; but
+        for those of ``replayed``, epochs a stop gave back that Spark runs again in the query's next run, which
+        reads them from the log."""
         archived = self._coordinator.archived()
-        if archived.num_rows:
-            self.dead_letter(archived, dict.fromkeys(record_keys(archived), DELIVERY_LIMIT_REASON))
+        if not archived.num_rows:
+            return
+        spared = {(r.topic, r.partition, offset) for entry in replayed for r in entry.ranges for offset in r.offsets()}
+        keys = [key for key in record_keys(archived) if key not in spared]
+        if len(keys) < archived.num_rows:
+            log.info("group %s: %d records on their last delivery attempt went back to the group with the stop, "
+                     "which archived them; Spark runs their epochs again in the query's next run, from the log",
+                     self._group_id, archived.num_rows - len(keys))
+        if keys:
+            self.dead_letter(archived, dict.fromkeys(keys, DELIVERY_LIMIT_REASON))
 
     def send(self, acks: list[AckRun]) -> set[tuple[str, int]]:
         """Have the coordinator settle ``acks`` now; returns the share-partitions whose acknowledgement failed."""

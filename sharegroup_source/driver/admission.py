@@ -4,7 +4,8 @@ An acquisition may bring records this query emitted before (their acknowledgemen
 settled on the spot as decided then, not emitted twice, unless they were RELEASEd on
 purpose), records past ``maxDeliveries`` (rejected), records past an AvailableNow run's
 target (given back), and more than the read limit (kept acquired in the backlog for the next
-epochs). Only rows that may be any of those are looked at one by one.
+epochs). Only rows that may be any of those are looked at one by one. How many records an epoch
+takes is ``pacing``'s: a record on its last delivery attempt is never given back.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sharegroup_source.coordinators import Coordinator
 from sharegroup_source.driver.acknowledger import Acknowledger, longer_lock
 from sharegroup_source.driver.backlog import Backlog, epoch_size
 from sharegroup_source.driver.epoch_book import EpochBook
+from sharegroup_source.driver.pacing import Pacing
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import NO_RECORDS, by_partition
 from state_store import SourceCounters
@@ -51,8 +53,12 @@ class Admission:
         self._book = book
         self._options = options
         self._counters = counters
-        self._backlog = Backlog(lock_duration_ms)
+        self._backlog = Backlog()
         self._lock_duration_ms = lock_duration_ms
+        self._pacing = Pacing(options.group_id, lock_duration_ms, coordinator.delivery_limit,
+                              sum(coordinator.partitions.values()))
+        limit = options.max_records_per_trigger
+        self._pacing.warn_at_start(limit, coordinator.acquires_at_most(limit))
         #: what this run last gave back unread, to tell its return from records other members gave back
         self._given_back: set[tuple[str, int, int]] = set()
         #: an AvailableNow run's target: per topic-partition, the log end when the run began (None: no such run)
@@ -77,9 +83,18 @@ class Admission:
         past the run's target, the run ends without acquiring again (each time would acquire
         them anew, and the group archives a record at its delivery-count limit).
         """
+        self._pacing.pace.called()
+        fresh, acquired_at_ms = self._acquire(max_records)
+        self._pacing.pace.answered(fresh.num_rows)
+        return fresh, acquired_at_ms
+
+    def _acquire(self, max_records: int | None) -> tuple[pa.Table, int]:
         if self._backlog:
-            if self._backlog.fresh():
-                taken = self._backlog.take(max_records, self._options.max_bytes_per_trigger)
+            if self._pacing.emittable(self._backlog.acquired_at_ms):
+                waiting = self._backlog.records
+                taken = self._backlog.take(self._pacing.size(
+                    waiting.num_rows, epoch_size(waiting, max_records, self._options.max_bytes_per_trigger), 0,
+                    self._backlog.acquired_at_ms))
                 self._note_redelivered(taken)
                 return taken, self._backlog.acquired_at_ms
             self._give_back_aged()
@@ -105,7 +120,9 @@ class Admission:
         self._acks.send(releases(self._backlog.give_back()))
 
     def _give_back_aged(self) -> None:
-        """RELEASE a backlog that waited past half its lock for a batch: emitted now, a batch could outlive the lock.
+        """RELEASE a backlog that no batch can emit inside its lock any more: emitted now, the batch would outlive
+        the lock and its records be processed twice. None of it is on its last delivery attempt (``pacing``), so
+        the group archives none of it.
 
         Work done again, so said at WARNING with what would avoid it: batches this slow need a longer lock, or
         fewer records acquired at once than the batches take."""
@@ -115,10 +132,10 @@ class Admission:
         self._given_back = set(record_keys(records))
         self._acks.send(releases(records))
         assert self._lock_duration_ms is not None, "a backlog whose locks are renewed never ages"
-        log.warning("group %s: gave back %d acquired records that waited %.1fs for a batch, past half of their "
-                    "%.1fs acquisition lock: they come back with their delivery count raised, to this query or "
-                    "another member. Batches are slow for the lock: %s, or acquire fewer records at once "
-                    "(kafka.max.poll.records) or more per batch (maxRecordsPerTrigger)", self._options.group_id,
+        log.warning("group %s: gave back %d acquired records that waited %.1fs for a batch, too long for one more "
+                    "batch inside their %.1fs acquisition lock: they come back with their delivery count raised, to "
+                    "this query or another member. Batches are slow for the lock: %s, or acquire fewer records at once "
+                    "(groupConfig.share.partition.max.record.locks) or more per batch (maxRecordsPerTrigger)", self._options.group_id,
                     records.num_rows, waited_ms / 1000, self._lock_duration_ms / 1000,
                     longer_lock(self._options.group_id, waited_ms, self._lock_duration_ms,
                                 self._options.bootstrap_servers))
@@ -166,18 +183,24 @@ class Admission:
             elif self._options.max_deliveries and count > self._options.max_deliveries:
                 immediate.append(Ack(*key, AckType.REJECT))
                 rejected[key] = MAX_DELIVERIES_REASON
-            elif self._beyond_target(key):
+            elif self._beyond_target(key) and count < self._pacing.delivery_limit:  # else its last attempt
                 immediate.append(Ack(*key, AckType.RELEASE))
                 self._past_target = True
             else:
                 admitted[row] = True
                 if epoch is not None:
                     came_back[row] = epoch
-        rows = np.flatnonzero(admitted)  # in acquisition order
-        admitted_records = records if len(rows) == records.num_rows else records.take(pa.array(rows, pa.int64()))
-        cut = epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger)
+        rows = np.flatnonzero(admitted)  # in acquisition order, but those on their last delivery attempt first
+        last = records.column("deliveryCount").to_numpy()[rows] >= self._pacing.delivery_limit
+        rows = np.concatenate([rows[last], rows[~last]])
+        admitted_records = records if len(rows) == records.num_rows and not last.any() else records.take(
+            pa.array(rows, pa.int64()))
+        cut = self._pacing.size(admitted_records.num_rows,
+                                epoch_size(admitted_records, max_records, self._options.max_bytes_per_trigger),
+                                int(last.sum()), acquired_at_ms)
         # released on purpose before, emitted again now in a new epoch
-        self._book.came_back([epoch for row, epoch in came_back.items() if cut and row <= rows[cut - 1]])
+        in_epoch = set(rows[:cut].tolist())
+        self._book.came_back([epoch for row, epoch in came_back.items() if row in in_epoch])
         if rejected:
             self._acks.dead_letter(records, rejected)
         failed = self._acks.send(runs_of(immediate))

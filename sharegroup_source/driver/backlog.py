@@ -5,13 +5,11 @@ soft: one poll returned 1,667 records per partition with the limit at 500). Givi
 surplus back would cost each of those records a delivery attempt, every batch, until the
 broker archives them at the delivery-count limit. So the surplus stays acquired here, and the
 next epochs are cut from it before the consumer polls again (an explicit-mode consumer may
-not poll before its last poll is fully acknowledged anyway). Records that sat here past half
-their lock would risk expiring inside a batch: those are given back instead, once.
+not poll before its last poll is fully acknowledged anyway), as many a batch as ``pacing``
+says lets them all go inside their lock.
 """
 
 from __future__ import annotations
-
-import time
 
 import pyarrow as pa
 
@@ -36,9 +34,8 @@ def epoch_size(records: pa.Table, limit: int | None, max_bytes: int | None) -> i
 class Backlog:
     """Acquired records (an output table) not yet in an epoch, with when they were acquired."""
 
-    def __init__(self, lock_duration_ms: int | None):
+    def __init__(self) -> None:
         self._records = NO_RECORDS
-        self._lock_duration_ms = lock_duration_ms
         self.acquired_at_ms = 0
 
     def __len__(self) -> int:
@@ -50,17 +47,14 @@ class Backlog:
         self._records = records
         self.acquired_at_ms = acquired_at_ms
 
-    def fresh(self, now_ms: int | None = None) -> bool:
-        """Still well inside the lock: safe to emit in a batch."""
-        if self._lock_duration_ms is None:  # renewed while the member lives
-            return True
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return now_ms - self.acquired_at_ms < self._lock_duration_ms / 2
+    @property
+    def records(self) -> pa.Table:
+        """What waits, in the order the next epochs take it."""
+        return self._records
 
-    def take(self, limit: int | None, max_bytes: int | None = None) -> pa.Table:
-        """The next epoch (see :func:`epoch_size`)."""
-        cut = epoch_size(self._records, limit, max_bytes)
-        taken, self._records = self._records.slice(0, cut), self._records.slice(cut)
+    def take(self, count: int) -> pa.Table:
+        """The next epoch: the first ``count`` records."""
+        taken, self._records = self._records.slice(0, count), self._records.slice(count)
         return taken
 
     def give_back(self) -> pa.Table:

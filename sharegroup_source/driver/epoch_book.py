@@ -144,6 +144,10 @@ class EpochBook:
         """The entry of an epoch this run acquired and has not settled."""
         return self._held.get(epoch)
 
+    def held_through(self, epoch: int) -> list[LedgerEntry]:
+        """The epochs this run holds through ``epoch``."""
+        return [entry for e, entry in sorted(self._held.items()) if e <= epoch]
+
     def replaying(self, entries: Sequence[LedgerEntry]) -> None:
         """Earlier runs' epochs Spark runs again: their records are read back from the log, and a RELEASED one's are
         emitted again (EMITTED), so their redeliveries are deduplicated and they are settled once committed."""

@@ -96,6 +96,7 @@ class MicroBatchDriver:
         self._admission = Admission(self._coordinator, self._acks, self._book, options, self.counters,
                                     lock_duration_ms)
         self._told_empty_start = False  # whether a new query's empty start was explained (once)
+        self._planned_through = 0  # the newest epoch Spark planned: it logged the offsets of every epoch through it
         # Spark's calls and the commit watcher share the member: one at a time
         self._lock = threading.RLock()
         self._stopped = False
@@ -191,6 +192,7 @@ class MicroBatchDriver:
                 replayed.append(self._checkpoint.logged(epoch))
                 partitions += replay_partitions(replayed[-1], self._options)
         self._book.replaying(replayed)
+        self._planned_through = max(self._planned_through, end.epoch)
         return partitions
 
     def commit(self, epoch: int, at_once: bool = False) -> None:
@@ -217,6 +219,9 @@ class MicroBatchDriver:
 
     def _stop(self) -> None:
         kept: tuple[OffsetRange, ...] = ()  # epochs Spark runs again, locked for the next run where it takes over
+        # epochs Spark logged, which it runs again in the next run; an epoch it may have logged but not planned yet
+        # counts as not logged: its records on their last attempt are dead-lettered, and may be replayed too
+        replayed = self._book.held_through(self._planned_through)
         try:
             try:
                 self._settle_committed()
@@ -231,7 +236,7 @@ class MicroBatchDriver:
         finally:
             try:
                 self._coordinator.close(kept)
-                self._acks.dead_letter_archived()  # a RELEASE at the limit archives
+                self._acks.dead_letter_archived(replayed)  # a RELEASE at the limit archives
             finally:
                 self._publish_counters(left=True)
                 self._maintenance.close(MAINTENANCE_STOP_WAIT_S)

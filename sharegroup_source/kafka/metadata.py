@@ -41,7 +41,7 @@ _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
-__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_config", "group_start", "log_end_offsets",
+__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_configs", "group_start", "log_end_offsets",
            "log_offsets", "partition_counts"]
 
 #: A topic-partition (a share-partition, to a share group): (topic, partition).
@@ -241,20 +241,22 @@ def log_offsets(config: Mapping[str, Any], partitions: Mapping[str, int], timeou
     return bounds.of(partitions)
 
 
-def group_config(config: Mapping[str, Any], group_id: str, key: str, timeout_s: float = 3.0) -> str | None:
-    """The share group's effective config ``key`` (the group's own value, else the broker's default), as the
-    cluster says it. None when the cluster does not say (a broker without group configurations, or no answer
-    within ``timeout_s``): the caller falls back on what it assumes, and says so."""
+def group_configs(config: Mapping[str, Any], group_id: str, keys: Iterable[str],
+                  timeout_s: float = 3.0) -> dict[str, str]:
+    """The share group's effective configs ``keys`` (the group's own value, else the broker's default), as the
+    cluster says them, in one DescribeConfigs. Those the cluster does not say (a broker without group
+    configurations, or no answer within ``timeout_s``) are missing: the caller falls back on what it assumes, and
+    says so."""
     admin = AdminClient(admin_config(config))
     try:
         futures = admin.describe_configs([ConfigResource(ResourceType.GROUP, group_id)], request_timeout=timeout_s)
-        entry = next(iter(futures.values())).result(timeout=timeout_s).get(key)
+        entries = next(iter(futures.values())).result(timeout=timeout_s)
     except Exception:  # any failure means "cannot tell", which the caller says as such
-        return None
-    return None if entry is None else str(entry.value)
+        return {}
+    return {key: str(entries[key].value) for key in keys if key in entries and entries[key].value is not None}
 
 
 def group_start(config: Mapping[str, Any], group_id: str, timeout_s: float = 3.0) -> str | None:
     """The share group's ``share.auto.offset.reset`` (``latest``, Apache Kafka's default, or ``earliest``): where
     it starts in a partition it never fetched. None when the cluster does not say: only a hint for a message."""
-    return group_config(config, group_id, "share.auto.offset.reset", timeout_s)
+    return group_configs(config, group_id, ("share.auto.offset.reset",), timeout_s).get("share.auto.offset.reset")

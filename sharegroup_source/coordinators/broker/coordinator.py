@@ -14,15 +14,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from sharegroup_source.acks import AckRun
+from sharegroup_source.acks import AckRun, AckType
 from sharegroup_source.coordinators.base import Failures, Settled
-from sharegroup_source.coordinators.broker.group_setup import lock_duration, set_up_group
+from sharegroup_source.coordinators.broker.group_setup import group_settings, set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.kafka.metadata import group_start
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store import OffsetRange
+from state_store.group import GroupSettings
 from state_store.progress import ProgressTable
 
 __all__ = ["BrokerCoordinator"]
@@ -36,13 +37,18 @@ METADATA_TIMEOUT_S = 30.0
 class BrokerCoordinator:
     """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
 
-    def __init__(self, client: ShareClient, run_id: str, lock_duration_ms: int,
+    def __init__(self, client: ShareClient, run_id: str, settings: GroupSettings,
                  kafka_config: Mapping[str, Any] | None = None):
-        """``kafka_config``: the client's configuration (``group.id`` included), to ask the cluster about the group."""
+        """``settings``: the group's lock duration, delivery-count limit and in-flight window as the cluster said
+        them; ``kafka_config``: the client's configuration (``group.id`` included), to ask the cluster about the
+        group."""
         self._client = client
         self._run_id = run_id
-        self._lock_duration_ms = lock_duration_ms
+        self._settings = settings
         self._kafka_config = dict(kafka_config or {})
+        #: held records on their last delivery attempt, with their delivery count: given back, the broker archives them
+        self._last_attempts: dict[tuple[str, int, int], int] = {}
+        self._archived: list[tuple[str, int, int, int]] = []
 
     @classmethod
     def join(cls, options: SourceOptions, progress: ProgressTable, run_id: str,
@@ -54,10 +60,10 @@ class BrokerCoordinator:
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
         read = set_up_group(options, first_run=not progress.totals(options.group_id))
-        lock_duration_ms = lock_duration(options, read)
+        settings = group_settings(options, read)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
-        return cls(client, run_id, lock_duration_ms, options.client_config)
+        return cls(client, run_id, settings, options.client_config)
 
     @property
     def member_id(self) -> str:
@@ -72,7 +78,18 @@ class BrokerCoordinator:
     def lock_duration_ms(self) -> int:
         """The group's lock duration as the cluster said it when the member joined; the ``lockDurationMs`` option
         where it did not say (a broker without group configurations)."""
-        return self._lock_duration_ms
+        return self._settings.lock_duration_ms
+
+    @property
+    def delivery_limit(self) -> int:
+        """The group's ``share.delivery.count.limit`` as the cluster said it when the member joined (else Kafka's
+        default)."""
+        return self._settings.delivery_count_limit
+
+    def acquires_at_most(self, max_records: int | None) -> int:
+        """Every subscribed share-partition's in-flight window: the broker acquires whole producer batches, beyond
+        ``max.poll.records``, up to ``share.partition.max.record.locks`` a share-partition."""
+        return max(sum(self.partitions.values()), 1) * self._settings.max_record_locks
 
     def starts_at(self) -> str | None:
         """The group's ``share.auto.offset.reset`` as the broker's group configuration says it."""
@@ -89,14 +106,28 @@ class BrokerCoordinator:
         for (a member that died without leaving loses its locks on their expiry)."""
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
-        """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``."""
-        return records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
+        """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``.
+        Records on their last delivery attempt are noted: a RELEASE of theirs archives them."""
+        acquired = records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
+        counts = acquired.column("deliveryCount").to_numpy()
+        for row in (counts >= self.delivery_limit).nonzero()[0].tolist():
+            key = (acquired.column("topic")[row].as_py(), acquired.column("partition")[row].as_py(),
+                   acquired.column("offset")[row].as_py())
+            self._last_attempts[key] = int(counts[row])
+        return acquired
 
     def acquire_ahead(self, max_records: int | None) -> None:
         """Nothing: an explicit-mode member cannot poll again before its last poll is acknowledged."""
 
     def acknowledge(self, acks: Sequence[AckRun]) -> Settled:
-        """Stage and commit ``acks`` before returning: the member cannot poll before they are committed."""
+        """Stage and commit ``acks`` before returning: the member cannot poll before they are committed. A RELEASE
+        of a record on its last delivery attempt archives it, whether it took or its lock runs out instead."""
+        if self._last_attempts:
+            for run in acks:
+                for offset in range(run.first, run.last + 1):
+                    count = self._last_attempts.pop((run.topic, run.partition, offset), None)
+                    if count is not None and run.type == AckType.RELEASE:
+                        self._archived.append((run.topic, run.partition, offset, count))
         return Settled(self._commit(acks))
 
     def _commit(self, acks: Sequence[AckRun]) -> Failures:
@@ -113,9 +144,15 @@ class BrokerCoordinator:
         return failures
 
     def archived(self) -> pa.Table:
-        """Nothing: the broker archives at its delivery-count limit without telling its members."""
-        return POSITIONS.empty_table()
+        """The records this member gave back on their last delivery attempt since the last call: the broker
+        archived them at its delivery-count limit, without telling its members."""
+        archived, self._archived = self._archived, []
+        return pa.Table.from_pylist([{"topic": t, "partition": p, "offset": o, "deliveryCount": c}
+                                     for t, p, o, c in archived], schema=POSITIONS)
 
     def close(self, keep: Sequence[OffsetRange] = ()) -> None:
-        """Leave the group: the broker releases what the member still holds (``keep`` is always empty here)."""
+        """Leave the group: the broker releases what the member still holds (``keep`` is always empty here), and
+        archives what of it was on its last delivery attempt."""
+        self._archived += [(*key, count) for key, count in self._last_attempts.items()]
+        self._last_attempts.clear()
         self._client.close()

@@ -11,6 +11,7 @@ which Kafka allows only while the group is empty).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import (
@@ -19,25 +20,27 @@ from sharegroup_source.kafka.group_configs import (
     asked_by,
     read_group_configs,
 )
-from sharegroup_source.kafka.metadata import group_config
+from sharegroup_source.kafka.metadata import group_configs
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import Failed
 from sharegroup_source.options import SourceOptions
+from state_store.group import SETTING_OPTIONS, GroupSettings
 
-__all__ = ["LOCK_READ_TIMEOUT_S", "lock_duration", "set_up_group"]
+__all__ = ["SETTINGS_READ_TIMEOUT_S", "group_settings", "set_up_group"]
 
 log = logging.getLogger(__name__)
 
-_LOCK_DURATION = "share.record.lock.duration.ms"
-#: How long a query's start waits for the group's lock duration: Apache Kafka answers in milliseconds, a broker
+#: The group's configs the member paces its batches by (the lock, the delivery limit, the in-flight window)
+_PACED_BY = tuple(key for key in SETTING_OPTIONS if key != "share.auto.offset.reset")
+#: How long a query's start waits for the group's configs: Apache Kafka answers in milliseconds, a broker
 #: without group configurations (librdkafka's mock cluster) never does.
-LOCK_READ_TIMEOUT_S = 2.0
+SETTINGS_READ_TIMEOUT_S = 2.0
 
 
-def set_up_group(options: SourceOptions, first_run: bool) -> int | None:
+def set_up_group(options: SourceOptions, first_run: bool) -> dict[str, str] | None:
     """Set the group's configs the options ask for (``startingOffsets`` on the query's ``first_run`` only, as Spark
-    reads it); returns the group's lock duration where it was read (the options asked for something), else None.
-    Refusals raise the connector's one-line errors."""
+    reads it); returns the group's configs as they are now where they were read (the options asked for something),
+    else None. Refusals raise the connector's one-line errors."""
     starting = options.starting_offsets if first_run else None
     if not options.group_configs and starting is None:
         return None
@@ -53,8 +56,8 @@ def set_up_group(options: SourceOptions, first_run: bool) -> int | None:
     for change in alter_group_configs(config, group, wanted, execute=True, current=current):
         log.warning("share group %s: %s, as the option %s asks (every member of the group follows it)", group,
                     change, asked_by(change.key, starting))
-    lock = wanted.get(_LOCK_DURATION) or (current[_LOCK_DURATION].value if _LOCK_DURATION in current else None)
-    return int(lock) if lock else None
+    return {**{key: str(config.value) for key, config in current.items() if config.value is not None},
+            **{key: str(value) for key, value in wanted.items()}}
 
 
 def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
@@ -70,19 +73,28 @@ def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
                   if key[0] in options.topics and offset.start_offset is not None and offset.start_offset >= 0)
 
 
-def lock_duration(options: SourceOptions, read: int | None) -> int:
-    """How long the group locks what its members acquire: ``read`` where setting the group's configs read it, else
-    as the cluster says (the group's value or the broker's default), else the option ``lockDurationMs``.
+def group_settings(options: SourceOptions, read: dict[str, str] | None) -> GroupSettings:
+    """The lock duration, delivery-count limit and in-flight window the group gives its members: as ``read`` where
+    setting the group's configs read them, else as the cluster says (the group's value or the broker's default),
+    else the option ``lockDurationMs`` and Kafka's defaults.
 
-    The member keeps records acquired beyond a batch for the next batches only while their locks have room:
-    a guess longer than the group's lock would hand Spark records whose locks ran out, and work is done twice.
+    The member keeps records acquired beyond a batch for the next batches only while their locks have room, and
+    never gives back a record on its last delivery attempt: a guess longer than the group's lock would hand Spark
+    records whose locks ran out, a guess above its limit would give records back to be archived unprocessed.
     """
-    if read is not None:
-        return read
-    found = group_config(options.client_config, options.group_id, _LOCK_DURATION, LOCK_READ_TIMEOUT_S)
-    if found is not None and found.isdigit():
-        return int(found)
-    log.info("share group %s: the cluster did not say its %s within %.0f s; the query takes the option "
-             "lockDurationMs=%d for it", options.group_id, _LOCK_DURATION, LOCK_READ_TIMEOUT_S,
-             options.lock_duration_ms)
-    return options.lock_duration_ms
+    found = read if read is not None else group_configs(options.client_config, options.group_id, _PACED_BY,
+                                                        SETTINGS_READ_TIMEOUT_S)
+    values: dict[str, Any] = {SETTING_OPTIONS[key]: int(found[key]) for key in _PACED_BY
+                              if found.get(key, "").isdigit()}
+    if "lock_duration_ms" not in values:
+        log.info("share group %s: the cluster did not say its share.record.lock.duration.ms within %.0f s; the "
+                 "query takes the option lockDurationMs=%d for it", options.group_id, SETTINGS_READ_TIMEOUT_S,
+                 options.lock_duration_ms)
+        values["lock_duration_ms"] = options.lock_duration_ms
+    missing = [key for key in _PACED_BY if SETTING_OPTIONS[key] not in values]
+    settings = GroupSettings(**values)
+    if missing:
+        log.info("share group %s: the cluster did not say %s; the query assumes Kafka's defaults (%s)",
+                 options.group_id, ", ".join(missing),
+                 ", ".join(f"{key}={getattr(settings, SETTING_OPTIONS[key])}" for key in missing))
+    return settings

@@ -89,6 +89,15 @@ class DeltaCoordinator:
         """None: the member renews its locks while it lives, so a held record never expires under a batch."""
         return None
 
+    @property
+    def delivery_limit(self) -> int:
+        """The Delta group's ``share.delivery.count.limit`` setting, as the member last read it."""
+        return self._member.group.settings.delivery_count_limit
+
+    def acquires_at_most(self, max_records: int | None) -> int:
+        """``max_records``: the member locks exactly the ranges it asks for (else every in-flight window)."""
+        return max_records or self._max_records
+
     def starts_at(self) -> str | None:
         """The Delta group's ``share.auto.offset.reset`` setting."""
         return self._member.group.settings.auto_offset_reset

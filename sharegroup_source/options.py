@@ -109,13 +109,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(f"{GROUP_CONFIG_PREFIX}*", "A share group's config, such as "
               f"`{GROUP_CONFIG_PREFIX}share.delivery.count.limit`, set at start where the group's value differs.",
               unset="the group's", attribute="group_configs"),
-    OptionDoc("maxRecordsPerTrigger", "Records per micro-batch; what one acquisition takes beyond it stays acquired "
-              "for the next ones.", unset="what the in-flight windows hold",
+    OptionDoc("maxRecordsPerTrigger", "Records per micro-batch, the rest acquired for the next ones; soft: a batch "
+              "takes more rather than let records outlive their lock (below the table).",
+              unset="what the in-flight windows hold",
               attribute="max_records_per_trigger"),
     OptionDoc("maxRecordsPerPartition", "Records per Spark task. Lower it for parallelism when each record costs "
               "the sink real work.", default=DEFAULT_MAX_RECORDS_PER_PARTITION, attribute="max_records_per_partition"),
     OptionDoc("maxBytesPerTrigger", "Key, value and header bytes per micro-batch; the rest stays acquired for the "
-              "next ones.", unset="unbounded", coordinator="broker", attribute="max_bytes_per_trigger"),
+              "next ones. Soft, as `maxRecordsPerTrigger` is.",
+              unset="unbounded", coordinator="broker", attribute="max_bytes_per_trigger"),
     OptionDoc("maxBytesPerPartition", "Compressed bytes of records per Spark task, below Spark's 1000 KiB task-size "
               "warning; a larger record gets a task alone.", default=DEFAULT_MAX_BYTES_PER_PARTITION,
               attribute="max_bytes_per_partition"),

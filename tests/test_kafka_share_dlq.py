@@ -29,6 +29,7 @@ from sharegroup_source.testing.apache_kafka import set_group_configs
 from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
+from state_store.dead_letters import DELIVERY_LIMIT_REASON
 from tests.scenarios import assert_exactly_once, invalid_json_rejected_into_dead_letters
 from tests.streams import StreamSetup
 
@@ -145,7 +146,8 @@ def test_a_record_released_until_a_delivery_limit(dlq_kafka, spark, tmp_path: Pa
     ``source``: the source's ``maxDeliveries`` (2) is below the group's ``share.delivery.count.limit`` (5): the
     source rejects the third delivery, so the record is in ``dead_letters`` and, REJECTed, in the DLQ topic.
     ``broker``: no ``maxDeliveries``, a limit of 2: the broker archives the record after its second release and
-    writes it to the DLQ topic only; the source never sees it again, so ``dead_letters`` has nothing.
+    writes it to the DLQ topic; the source, which gave it back on its last attempt, keeps it in ``dead_letters``
+    with the group's reason: the two meet, each with its own words.
     """
     kafka = dlq_kafka
     limit, options = (5, {"maxDeliveries": 2}) if who_gives_up == "source" else (2, {})
@@ -172,7 +174,9 @@ def test_a_record_released_until_a_delivery_limit(dlq_kafka, spark, tmp_path: Pa
 
     try:
         wait_for(lambda: len(setup.sink_rows(spark)) >= len(valid) and setup.every_epoch_acked()
-                 and dlq_end() >= len(poison), 240, f"{len(valid)} rows in the sink, every epoch acknowledged "
+                 and dlq_end() >= len(poison)
+                 and setup.progress().get("dead_lettered", 0) >= len(poison),
+                 240, f"{len(valid)} rows in the sink, every epoch acknowledged "
                  f"and {len(poison)} records in {dlq}", state=lambda: f"{setup.describe(spark)}, {dlq_end()} in {dlq}")
     finally:
         query.stop()
@@ -188,7 +192,7 @@ def test_a_record_released_until_a_delivery_limit(dlq_kafka, spark, tmp_path: Pa
         expected_dlq = collections.Counter(_dlq_record(setup.topic, p, offsets[(p, k)], k, v, setup.group, 3,
                                                        REJECTED_BY_CLIENT) for p, k, v in poison)
     else:
-        expected_letters = set()
+        expected_letters = {(setup.topic, p, offsets[(p, k)], k, v, DELIVERY_LIMIT_REASON, limit) for p, k, v in poison}
         expected_dlq = collections.Counter(_dlq_record(setup.topic, p, offsets[(p, k)], k, v, setup.group, limit,
                                                        DELIVERY_COUNT_EXCEEDED) for p, k, v in poison)
     assert {(r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["reason"], r["delivery_count"])

@@ -134,8 +134,9 @@ class Admission:
         assert self._lock_duration_ms is not None, "a backlog whose locks are renewed never ages"
         log.warning("group %s: gave back %d acquired records that waited %.1fs for a batch, too long for one more "
                     "batch inside their %.1fs acquisition lock: they come back with their delivery count raised, to "
-                    "this query or another member. Batches are slow for the lock: %s, or acquire fewer records at once "
-                    "(groupConfig.share.partition.max.record.locks) or more per batch (maxRecordsPerTrigger)", self._options.group_id,
+                    "this query or another member. Batches are slow for the lock: %s, or acquire fewer records at "
+                    "once (groupConfig.share.partition.max.record.locks) or more per batch (maxRecordsPerTrigger)",
+                    self._options.group_id,
                     records.num_rows, waited_ms / 1000, self._lock_duration_ms / 1000,
                     longer_lock(self._options.group_id, waited_ms, self._lock_duration_ms,
                                 self._options.bootstrap_servers))

@@ -11,7 +11,7 @@ Everything below the SPSO is dropped from the row, so it stays as small as the i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -141,13 +141,16 @@ class ShareStateTable:
         return outcome[0], version
 
     def update_all(self, change: Callable[[dict[Key, SharePartition]], T],
-                   initial_spso: Mapping[Key, int]) -> tuple[T, int | None]:
+                   initial_spso: Mapping[Key, int] | Callable[[Collection[Key]], Mapping[Key, int]],
+                   ) -> tuple[T, int | None]:
         """Apply ``change`` to every share-partition of the group and commit them all in ONE commit.
 
         One commit per micro-batch instead of one per partition: a query subscribed to many
         partitions would otherwise pay a commit, and a chance to lose a race, per partition.
         ``change`` gets a SharePartition per row, plus one at ``initial_spso[key]`` for each key
-        there that has no row yet; adding or removing keys of the dict has no effect. Like
+        there that has no row yet (``initial_spso`` may be a function of the keys that have one: a topic's
+        partition new to a group that reads the topic starts elsewhere than a topic new to it); adding or
+        removing keys of the dict has no effect. Like
         ``update``, it runs again on a fresh read whenever another writer committed first.
 
         The commit holds the rows that changed, and the rows of new share-partitions even if
@@ -162,7 +165,8 @@ class ShareStateTable:
             rows = _latest(snapshot)
             partitions = {key: _from_row(row, self.config) for key, row in rows.items()}
             before = {key: (sp.spso, sp.batches) for key, sp in partitions.items()}
-            for key, spso in initial_spso.items():
+            initial = initial_spso(partitions.keys()) if callable(initial_spso) else initial_spso
+            for key, spso in initial.items():
                 partitions.setdefault(key, SharePartition(spso, self.config))
             outcome.append(change(dict(partitions)))
             written = {key: sp for key, sp in partitions.items() if before.get(key) != (sp.spso, sp.batches)}

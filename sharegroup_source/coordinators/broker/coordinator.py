@@ -18,8 +18,9 @@ from sharegroup_source.acks import AckRun, AckType
 from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.coordinators.broker.group_setup import group_settings, set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
-from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.coordinators.broker.share_client import NEEDS, ShareClient
 from sharegroup_source.kafka.metadata import group_start
+from sharegroup_source.kafka.topic_watch import TopicWatch
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS, records_to_arrow
 from state_store import OffsetRange
@@ -38,11 +39,12 @@ class BrokerCoordinator:
     """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
 
     def __init__(self, client: ShareClient, run_id: str, settings: GroupSettings,
-                 kafka_config: Mapping[str, Any] | None = None):
+                 kafka_config: Mapping[str, Any] | None = None, watch: TopicWatch | None = None):
         """``settings``: the group's lock duration, delivery-count limit and in-flight window as the cluster said
         them; ``kafka_config``: the client's configuration (``group.id`` included), to ask the cluster about the
-        group."""
+        group; ``watch``: the subscribed topics as they are now (None: as the client found them)."""
         self._client = client
+        self._watch = watch
         self._run_id = run_id
         self._settings = settings
         self._kafka_config = dict(kafka_config or {})
@@ -63,7 +65,9 @@ class BrokerCoordinator:
         settings = group_settings(options, read)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
-        return cls(client, run_id, settings, options.client_config)
+        watch = TopicWatch(options.client_config, options.topics, client.partitions, _reads_new(settings),
+                           needs=NEEDS)
+        return cls(client, run_id, settings, options.client_config, watch)
 
     @property
     def member_id(self) -> str:
@@ -72,7 +76,8 @@ class BrokerCoordinator:
 
     @property
     def partitions(self) -> Mapping[str, int]:
-        return self._client.partitions
+        """As the topics have them now: Kafka assigns a partition a topic gained to the group's members itself."""
+        return self._watch.counts if self._watch is not None else self._client.partitions
 
     @property
     def lock_duration_ms(self) -> int:
@@ -107,7 +112,10 @@ class BrokerCoordinator:
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """One ShareFetch round; its size is the consumer's ``max.poll.records`` (a soft limit), not ``max_records``.
-        Records on their last delivery attempt are noted: a RELEASE of theirs archives them."""
+        Records on their last delivery attempt are noted: a RELEASE of theirs archives them. A subscribed topic
+        that is gone fails here, naming it: the share consumer would wait on it, idle, for good."""
+        if self._watch is not None:
+            self._watch.refresh()
         acquired = records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
         counts = acquired.column("deliveryCount").to_numpy()
         for row in (counts >= self.delivery_limit).nonzero()[0].tolist():
@@ -156,3 +164,12 @@ class BrokerCoordinator:
         self._archived += [(*key, count) for key, count in self._last_attempts.items()]
         self._last_attempts.clear()
         self._client.close()
+
+
+def _reads_new(settings: GroupSettings) -> str:
+    """How a broker group reads a partition its topic gained, for the growth's log line."""
+    start = settings.auto_offset_reset
+    skipped = "" if start == "earliest" else (": records written to them before the group first fetched them are "
+                                              "not delivered (startingOffsets=earliest on a new group avoids that)")
+    return (f"Kafka assigns the new ones to the group's members, which start each at its {start} offset "
+            f"(share.auto.offset.reset){skipped}")

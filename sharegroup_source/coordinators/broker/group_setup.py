@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 #: The group's configs the member paces its batches by (the lock, the delivery limit, the in-flight window)
 _PACED_BY = tuple(key for key in SETTING_OPTIONS if key != "share.auto.offset.reset")
+_RESET = "share.auto.offset.reset"
 #: How long a query's start waits for the group's configs: Apache Kafka answers in milliseconds, a broker
 #: without group configurations (librdkafka's mock cluster) never does.
 SETTINGS_READ_TIMEOUT_S = 2.0
@@ -74,18 +75,20 @@ def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
 
 
 def group_settings(options: SourceOptions, read: dict[str, str] | None) -> GroupSettings:
-    """The lock duration, delivery-count limit and in-flight window the group gives its members: as ``read`` where
-    setting the group's configs read them, else as the cluster says (the group's value or the broker's default),
+    """The lock duration, delivery-count limit, in-flight window and start the group gives its members: as ``read``
+    where setting the group's configs read them, else as the cluster says (the group's value or the broker's default),
     else the option ``lockDurationMs`` and Kafka's defaults.
 
     The member keeps records acquired beyond a batch for the next batches only while their locks have room, and
     never gives back a record on its last delivery attempt: a guess longer than the group's lock would hand Spark
     records whose locks ran out, a guess above its limit would give records back to be archived unprocessed.
     """
-    found = read if read is not None else group_configs(options.client_config, options.group_id, _PACED_BY,
-                                                        SETTINGS_READ_TIMEOUT_S)
+    found = read if read is not None else group_configs(options.client_config, options.group_id,
+                                                        (*_PACED_BY, _RESET), SETTINGS_READ_TIMEOUT_S)
     values: dict[str, Any] = {SETTING_OPTIONS[key]: int(found[key]) for key in _PACED_BY
                               if found.get(key, "").isdigit()}
+    if found.get(_RESET) in ("earliest", "latest"):
+        values["auto_offset_reset"] = found[_RESET]
     if "lock_duration_ms" not in values:
         log.info("share group %s: the cluster did not say its share.record.lock.duration.ms within %.0f s; the "
                  "query takes the option lockDurationMs=%d for it", options.group_id, SETTINGS_READ_TIMEOUT_S,

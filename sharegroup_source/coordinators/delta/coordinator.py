@@ -55,8 +55,7 @@ class DeltaCoordinator:
         member ids of the query's runs (``query_member_prefix``), for a query's member; None for a worker."""
         self._member = member
         self._query_prefix = query_prefix
-        self._windows = member.group.settings.max_record_locks * sum(member.partitions.values())
-        self._max_records = max_records or self._windows
+        self._max_records = max_records
         # the member's commits run here one at a time, in call order, so an acquisition never overtakes a settle
         # that frees what it would acquire
         self._turns = ThreadPoolExecutor(1, thread_name_prefix=f"member-{member.member_id}")
@@ -96,7 +95,12 @@ class DeltaCoordinator:
 
     def acquires_at_most(self, max_records: int | None) -> int:
         """``max_records``: the member locks exactly the ranges it asks for (else every in-flight window)."""
-        return max_records or self._max_records
+        return max_records or self._max_records or self._windows
+
+    @property
+    def _windows(self) -> int:
+        """Every subscribed share-partition's in-flight window, as many partitions as the topics have now."""
+        return self._member.group.settings.max_record_locks * sum(self._member.partitions.values())
 
     def starts_at(self) -> str | None:
         """The Delta group's ``share.auto.offset.reset`` setting."""
@@ -116,7 +120,7 @@ class DeltaCoordinator:
 
     def acquire(self, max_records: int | None, wait_s: float) -> pa.Table:
         """Positions (``schema.POSITIONS``) of at most ``max_records`` records, waiting up to ``wait_s`` for some."""
-        limit = max_records or self._max_records
+        limit = max_records or self._max_records or self._windows
         held = self._taken_ahead(limit)
         deadline = time.monotonic() + wait_s
         while not held:
@@ -130,7 +134,7 @@ class DeltaCoordinator:
         """Send what rides, and acquire the next batch with it, in the member's thread while Spark runs this one:
         the commit leaves the next ``latestOffset``. The acquisition only when a batch cannot hold every
         in-flight window: otherwise this batch holds them all until it settles, and nothing would be left."""
-        limit = max_records or self._max_records
+        limit = max_records or self._max_records or self._windows
         if self._ahead is None and limit < self._windows:
             self._ahead = (limit, self._send(limit))
         elif self._riding:

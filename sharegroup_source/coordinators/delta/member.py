@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
 from sharegroup_source.coordinators.delta.holdings import Holdings
 from sharegroup_source.kafka.metadata import LogBounds, partition_counts
+from sharegroup_source.kafka.topic_watch import TopicWatch
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
 from state_store.group import GroupStore
 from state_store.maintenance import BackgroundMaintenance
@@ -40,6 +41,8 @@ Key = tuple[str, int]
 NEEDS = "coordinator=delta needs READ on each subscribed TOPIC and no GROUP ACL"
 #: Ranges to settle per share-partition: (first, last, how).
 Acks = Mapping[Key, Sequence[tuple[int, int, AckType]]]
+#: Where share-partitions without state start, given those that have some (``ShareStateTable.update_all``).
+Initial = Callable[[Collection[Key]], Mapping[Key, int]]
 #: Offset spans per share-partition: (first, last).
 Spans = Mapping[Key, Sequence[tuple[int, int]]]
 #: Maintenance (compaction, vacuum, the checkpoint and log cleanup) of the group's tables, in the background, by
@@ -47,6 +50,8 @@ Spans = Mapping[Key, Sequence[tuple[int, int]]]
 #: per member, so a group whose members all live shorter than this many commits is kept small too (its commits
 #: make no checkpoint of their own, see state_store/delta_table.py).
 MAINTAIN_EVERY_COMMITS = 200
+#: How a member reads a partition its topic gained, said in the growth's log line.
+READS_NEW = "the member reads the new ones from their earliest offset"
 #: How long a commit that gives way to another member's renewal waits before it reads the table again.
 GIVE_WAY_PAUSE_S = 0.05
 
@@ -69,8 +74,9 @@ class GroupMember:
         self.member_id = member_id
         self._kind = kind
         self.partitions = partition_counts(kafka_config, topics, needs=NEEDS)
+        self._watch = TopicWatch(kafka_config, topics, self.partitions, READS_NEW, needs=NEEDS)
         self._bounds = LogBounds(kafka_config, needs=NEEDS)
-        self._keys = [(t, p) for t, n in sorted(self.partitions.items()) for p in range(n)]
+        self._keys = _keys(self.partitions)
         self._turn = 0  # which partition an acquisition serves first: each in turn
         self._archived: list[Held] = []
         self._holdings = Holdings()
@@ -101,7 +107,7 @@ class GroupMember:
         renews what the member already holds.
         """
         settles = [_settlement(self.member_id, acks) for acks in settling]
-        acquisition, initial = self._acquisition(max_records) if max_records > 0 else (None, {})
+        acquisition, initial = self._acquisition(max_records) if max_records > 0 else (None, None)
 
         def change(sps: dict[Key, SharePartition], now_ms: int) -> tuple[list[Failures], list[Held]]:
             return ([settle(sps, now_ms) for settle in settles],
@@ -115,13 +121,20 @@ class GroupMember:
         return failures, held
 
     def _acquisition(self, max_records: int) -> tuple[Callable[[dict[Key, SharePartition], int], list[Held]],
-                                                      dict[Key, int]]:
-        """``acquire``'s change, on the log bounds read now, and where a share-partition new to the group starts."""
+                                                      Initial]:
+        """``acquire``'s change, on the log bounds read now, and where a share-partition new to the group starts:
+        as ``share.auto.offset.reset`` says in a topic new to the group, at the log start in a partition a topic the
+        group reads gained (Spark's rule for a new partition: nothing written to it is skipped)."""
+        self._follow_growth()
         bounds = self._bounds.of(self.partitions)
         order = self._keys[self._turn:] + self._keys[:self._turn]
         self._turn = (self._turn + 1) % len(self._keys)
         reset_to_earliest = self.group.settings.auto_offset_reset == "earliest"
-        initial = {key: bounds[key][0] if reset_to_earliest else bounds[key][1] for key in self._keys}
+        keys = list(self._keys)
+
+        def initial(known: Collection[Key]) -> dict[Key, int]:
+            read = {topic for topic, _ in known}
+            return {key: bounds[key][0] if reset_to_earliest or key[0] in read else bounds[key][1] for key in keys}
 
         def change(sps: dict[Key, SharePartition], now_ms: int) -> list[Held]:
             taken: list[Held] = []
@@ -139,6 +152,14 @@ class GroupMember:
             return taken
 
         return change, initial
+
+    def _follow_growth(self) -> None:
+        """The subscribed topics' partitions as they are now (asked again every few seconds): a member reads the
+        partitions a topic gained while it runs; a topic deleted under it fails the acquisition, naming it."""
+        partitions = self._watch.refresh()
+        if partitions != self.partitions:
+            self.partitions = partitions
+            self._keys = _keys(partitions)
 
     def take_over(self, prefix: str, keep: Spans) -> tuple[int, int]:
         """Take over from earlier members whose ids start with ``prefix`` (a restarted query's earlier runs, fenced
@@ -193,7 +214,7 @@ class GroupMember:
 
     # -- internals ------------------------------------------------------------------------------
     def _commit(self, change: Callable[[dict[Key, SharePartition], int], T],
-                initial: Mapping[Key, int] | None = None) -> T:
+                initial: Initial | None = None) -> T:
         """Run ``change`` on every share-partition in one compare-and-swap commit (retried from a fresh read
         when another member won), renewing the locks this member knows it holds and noting what the limit archived.
         ``initial``: where a share-partition that has no state yet starts (only an acquisition creates one)."""
@@ -329,3 +350,8 @@ def _settlement(member_id: str, acks: Acks) -> Callable[[dict[Key, SharePartitio
         return failures
 
     return change
+
+
+def _keys(partitions: Mapping[str, int]) -> list[Key]:
+    """Every share-partition of ``partitions`` (topic -> count), in the order acquisitions take turns over."""
+    return [(t, p) for t, n in sorted(partitions.items()) for p in range(n)]

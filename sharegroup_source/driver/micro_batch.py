@@ -96,9 +96,8 @@ class MicroBatchDriver:
         self._admission = Admission(self._coordinator, self._acks, self._book, options, self.counters,
                                     lock_duration_ms)
         self._told_empty_start = False  # whether a new query's empty start was explained (once)
-        self._planned_through = 0  # the newest epoch Spark planned: it logged the offsets of every epoch through it
-        # Spark's calls and the commit watcher share the member: one at a time
-        self._lock = threading.RLock()
+        self._planned_through = 0  # Spark logged every epoch through the newest it planned: a stop's replayed ones
+        self._lock = threading.RLock()  # Spark's calls and the commit watcher share the member: one at a time
         self._stopped = False
         self._watcher: CommitWatcher | None = None
         try:
@@ -109,8 +108,7 @@ class MicroBatchDriver:
             raise
         if self._commit_log is None:
             log.info("group %s: an epoch is acknowledged when Spark builds the next batch; set the source option "
-                     "checkpointLocation to the query's checkpoint to acknowledge as soon as Spark commits",
-                     options.group_id)
+                     "checkpointLocation to the query's checkpoint to acknowledge at Spark's commit", self._group_id)
 
     def _start(self, offsets: Sequence[EpochOffset], position: int) -> None:
         """Check the checkpoint against the state, then fence earlier runs: both in one commit.
@@ -219,9 +217,7 @@ class MicroBatchDriver:
 
     def _stop(self) -> None:
         kept: tuple[OffsetRange, ...] = ()  # epochs Spark runs again, locked for the next run where it takes over
-        # epochs Spark logged, which it runs again in the next run; an epoch it may have logged but not planned yet
-        # counts as not logged: its records on their last attempt are dead-lettered, and may be replayed too
-        replayed = self._book.held_through(self._planned_through)
+        replayed = self._book.held_through(self._planned_through)  # one not planned yet: dead-lettered, maybe replayed
         try:
             try:
                 self._settle_committed()

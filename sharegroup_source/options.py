@@ -122,7 +122,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "warning; a larger record gets a task alone.", default=DEFAULT_MAX_BYTES_PER_PARTITION,
               attribute="max_bytes_per_partition"),
     OptionDoc("includeHeaders", "Adds the `headers` column.", default=False, attribute="include_headers"),
-    OptionDoc("failOnDataLoss", "Fail when a replayed epoch's offsets have left the log; `false` skips them.",
+    OptionDoc("failOnDataLoss", "Fail when retention or DeleteRecords removed records before the query read "
+              "them; `false` goes on without them, logged once and counted in `lost_unread`.",
               default=True, attribute="fail_on_data_loss"),
     OptionDoc("pollTimeoutMs", f"How long one poll waits for records, at most {_POLL_TIMEOUT_MAX_MS}.",
               default=DEFAULT_POLL_TIMEOUT_MS, attribute="poll_timeout_ms"),

@@ -50,6 +50,9 @@ class SourceCounters:
     #: Records this run emitted in an epoch although the group had delivered them before (delivery count above
     #: 1): work done again, after a lock ran out or a member gave them back.
     redelivered: int = 0
+    #: Records that left the log (retention, DeleteRecords) before the group processed them, which the run went on
+    #: without under failOnDataLoss=false.
+    lost_unread: int = 0
 
     def snapshot(self) -> dict[str, int | None]:
         return asdict(self)
@@ -57,10 +60,12 @@ class SourceCounters:
 
 #: The counter columns of the ``progress`` table.
 COUNTERS = tuple(f.name for f in fields(SourceCounters))
-#: Counters format version 2 added: last in the schema, null in the rows of runs before them.
-PROGRESS_ADDED_COLUMNS = ("given_back", "redelivered")
-#: Version 2 gained PROGRESS_ADDED_COLUMNS, which a release reading version 1 would take for another schema.
-PROGRESS_FORMAT = FormatVersion(current=2)
+#: Counters format versions 2 (given_back, redelivered) and 3 (lost_unread) added: last in the schema, null in the
+#: rows of runs before them.
+PROGRESS_ADDED_COLUMNS = ("given_back", "redelivered", "lost_unread")
+#: Versions 2 and 3 gained PROGRESS_ADDED_COLUMNS, which a release reading an earlier one would take for another
+#: schema.
+PROGRESS_FORMAT = FormatVersion(current=3)
 PROGRESS_SCHEMA = pa.schema([("query_id", pa.string()), ("run_id", pa.string()), ("written_at_ms", pa.int64()),
                              *[(name, pa.int64()) for name in COUNTERS if name not in PROGRESS_ADDED_COLUMNS],
                              ("host", pa.string()), ("pid", pa.int64()), ("left_at_ms", pa.int64()),

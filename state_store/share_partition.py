@@ -130,6 +130,7 @@ class SharePartition:
         self._spso = spso
         self._batches: list[StateBatch] = []
         self._archived_at_limit: list[StateBatch] = []
+        self._lost_unread: list[tuple[int, int]] = []
         expected = spso
         for batch in sorted(batches, key=lambda b: b.first):
             if batch.first < expected or batch.last < batch.first:
@@ -200,6 +201,13 @@ class SharePartition:
         re-read, so what it reports is exactly what the winning commit archived.
         """
         return _runs(self._archived_at_limit)
+
+    def lost_unread(self) -> list[tuple[int, int]]:
+        """Ranges (first, last) the log start passed while nobody had processed them: Available records (never
+        delivered, or given back) and records from the SPEO on, which retention or DeleteRecords removed before
+        the group read them. Acquired, acknowledged and archived records are not among them: someone holds or
+        finished those. Like ``archived_at_limit``, for this instance's life only."""
+        return list(self._lost_unread)
 
     def persisted(self) -> PersistedState:
         """KIP-932's durable form: Acquired is transient, so it persists as Available with its count."""
@@ -430,6 +438,14 @@ class SharePartition:
 
     def _drop_below(self, offset: int) -> None:
         self._split(offset)
+        lost = [(b.first, b.last) for b in self._batches if b.last < offset and b.state is RecordState.AVAILABLE]
+        if self.speo < offset:
+            lost.append((self.speo, offset - 1))
+        for first, last in lost:  # neighbours merged: Available runs apart only where something else lies between
+            if self._lost_unread and self._lost_unread[-1][1] + 1 == first:
+                self._lost_unread[-1] = (self._lost_unread[-1][0], last)
+            else:
+                self._lost_unread.append((first, last))
         self._batches = [b for b in self._batches if b.first >= offset]
         self._spso = offset
 

@@ -77,6 +77,9 @@ class FakeCoordinator:
         archived, self.archived_positions = self.archived_positions, POSITIONS.empty_table()
         return archived
 
+    def lost_unread(self) -> int:
+        return 0
+
     def acknowledge(self, acks: Sequence[AckRun]) -> Settled | Deferred:
         self.acknowledged.append(list(acks))
         failures = {key: reason for key, reason in self.failing.items()

@@ -85,7 +85,7 @@ def set_format_version(table: Path, value: str) -> None:
 def test_a_new_table_carries_the_current_format_version_and_reads_back(tmp_path: Path) -> None:
     state, group = tmp_path / "state", tmp_path / "group"
     write_every_table(state, group)
-    assert (TABLE_FORMAT.current, PROGRESS_FORMAT.current) == (1, 2)
+    assert (TABLE_FORMAT.current, PROGRESS_FORMAT.current) == (1, 3)
 
     def versions() -> dict[Path, str]:
         return {t: DeltaTable(str(t)).metadata().configuration[FORMAT_PROPERTY] for t in table_paths(state, group)}
@@ -100,7 +100,7 @@ def test_a_new_table_carries_the_current_format_version_and_reads_back(tmp_path:
 
 def test_a_table_without_a_version_is_version_1_and_stays_as_the_previous_release_made_it(tmp_path: Path) -> None:
     """The previous release created its tables with their retention only: they read, and take writes, as before;
-    the progress table gains the columns of its version 2 with this release's first write, and says so."""
+    the progress table gains the columns of its versions 2 and 3 with this release's first write, and says so."""
     state, group = tmp_path / "state", tmp_path / "group"
     for table in table_paths(state, group):
         retention = USER_DATA_RETENTION if table.name == "dead_letters" else Retention.state()
@@ -125,7 +125,7 @@ def test_a_table_of_a_newer_format_version_is_refused_in_one_line(tmp_path: Path
     with pytest.raises(StateStoreError) as refused:
         read_every_table(state, group)
     name = table.split("/")[1]
-    reads = "format versions 1 to 2" if name == "progress" else "format version 1 only"
+    reads = "format versions 1 to 3" if name == "progress" else "format version 1 only"
     assert str(refused.value) == f"the {name} table at {tmp_path / table} {NEWER_TABLE.format(reads=reads)}"
     with pytest.raises(StateStoreError, match="is format version 99"):  # nor does this release write into it
         write_every_table(state, group)

@@ -204,6 +204,17 @@ def test_log_start_offset_moves_the_spso_past_deleted_records() -> None:
     assert sp.acquire("b", 10, now_ms=2, log_end_offset=8, log_start_offset=3) == [
         AcquiredRecords(3, 4, 2), AcquiredRecords(5, 7, 1)]
     assert sp.spso == 3
+    assert sp.lost_unread() == [(0, 2)], "records given back and not delivered again are lost"
+
+
+def test_only_records_nobody_processed_or_holds_are_lost_to_the_log_start() -> None:
+    """Acknowledged and held records are not lost; Available ones and those past the SPEO are, as one run each."""
+    sp = SharePartition(0)
+    sp.acquire("a", 6, now_ms=0, log_end_offset=6)
+    sp.acknowledge("a", [(0, 1, ACCEPT), (2, 2, RELEASE), (4, 5, RELEASE)], now_ms=1)  # 3 stays held by a
+    sp.acquire("b", 1, now_ms=2, log_end_offset=20, log_start_offset=10)
+    assert sp.lost_unread() == [(2, 2), (4, 9)]
+    assert sp.spso == 10
 
 
 def test_acknowledgement_by_another_member_is_refused_and_changes_nothing() -> None:

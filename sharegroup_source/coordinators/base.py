@@ -117,6 +117,11 @@ class Coordinator(Protocol):
         where the coordinator can tell: the driver dead-letters them, since nobody will get them again."""
         ...
 
+    def lost_unread(self) -> int:
+        """Records that left the log before the group processed them, found since the last call, which the member
+        went on without (``failOnDataLoss=false``; under ``true`` it raises DataLossError where it finds them)."""
+        ...
+
     def acknowledge(self, acks: Sequence[AckRun]) -> Outcome:
         """Settle runs of records this member holds (a RELEASE gives them back); the outcome says what did not take.
 

@@ -267,6 +267,7 @@ class MicroBatchDriver:
     def _publish_counters(self, left: bool = False, at_once: bool = False) -> None:
         """The first row says the member joined, the last that it left; in between, while records flow, one
         every PUBLISH_EVERY_S, and ``at_once`` when the queue is idle."""
+        self.counters.lost_unread += self._coordinator.lost_unread()
         snapshot = self.counters.snapshot()
         due = at_once or not self._published or time.monotonic() - self._published_at >= PUBLISH_EVERY_S
         if (snapshot != self._published and due) or left:

@@ -5,8 +5,11 @@ A member reads its topics' partition counts when it joins, but a topic may grow 
 counts are asked again, at most every ``REFRESH_S``, on a kept admin client (one connection for the
 member's life: on the embedded broker any client connection that closes drops every share session of
 its node). A growth is logged once; a topic that is gone fails the member in one line naming it,
-where a share consumer would wait on it, idle, for good. A metadata answer that does not come is no
-reason to fail: the counts stay as they were until the next ask.
+where a share consumer would wait on it, idle, for good; so does one deleted and created again under
+its name between two asks (its topic id changed: a share group reads the new one as a new topic, from
+``share.auto.offset.reset``, and a Delta group's state would describe the old log). Ids are asked
+where the cluster has a controller to answer DescribeTopics (not the embedded broker). A metadata
+answer that does not come is no reason to fail: the counts stay as they were until the next ask.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.errors import ClusterError
@@ -47,6 +50,7 @@ class TopicWatch:
         self._every_s = every_s
         self._needs = needs
         self._admin = AdminClient(admin_config({**config, "allow.auto.create.topics": False}))
+        self._ids: dict[str, str] = {}  # each topic's id when first asked
         self._asked_at = time.monotonic()
 
     @property
@@ -67,6 +71,8 @@ class TopicWatch:
         gone = [t for t in self._topics if t not in metadata.topics or _unknown(metadata.topics[t].error)]
         if gone:
             self._gone(gone)
+        if metadata.controller_id >= 0:
+            self._check_ids()
         for topic in self._topics:
             found = metadata.topics[topic]
             count = len(found.partitions)
@@ -75,6 +81,23 @@ class TopicWatch:
                             self._counts.get(topic, 0), count, self._reads_new)
                 self._counts[topic] = count
         return self.counts
+
+    def _check_ids(self) -> None:
+        """Each topic's id as first asked, or ClusterError for a topic whose id changed: deleted and created again."""
+        futures = self._admin.describe_topics(TopicCollection(self._topics), request_timeout=_ASK_TIMEOUT_S)
+        for topic, future in futures.items():
+            try:
+                topic_id = str(future.result(_ASK_TIMEOUT_S).topic_id)
+            except Exception as error:  # asked again at the next refresh
+                log.debug("topic %s: its id was not read: %s", topic, error)
+                continue
+            known = self._ids.setdefault(topic, topic_id)
+            if known != topic_id:
+                raise ClusterError(f"topic {topic} was deleted and created again while the query read it (topic id "
+                                   f"{known}, now {topic_id}): the records of the deleted one that were not read "
+                                   f"are gone, and the new one is another log; restart the query to read it (a "
+                                   f"coordinator=delta group first needs `sharegroup delete-offsets <groupLocation> "
+                                   f"--topic {topic} --execute`: its state is of the deleted one)")
 
     def _gone(self, topics: Sequence[str]) -> None:
         """A topic missing from the kept client's metadata: asked by name on a fresh client, which says whether it

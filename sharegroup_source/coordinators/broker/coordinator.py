@@ -18,7 +18,9 @@ from sharegroup_source.acks import AckRun, AckType
 from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.coordinators.broker.group_setup import group_settings, set_up_group
 from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, await_previous_member
+from sharegroup_source.coordinators.broker.retention import RetentionCheck
 from sharegroup_source.coordinators.broker.share_client import NEEDS, ShareClient
+from sharegroup_source.coordinators.data_loss import DataLoss
 from sharegroup_source.kafka.metadata import group_start
 from sharegroup_source.kafka.topic_watch import TopicWatch
 from sharegroup_source.options import SourceOptions
@@ -39,12 +41,15 @@ class BrokerCoordinator:
     """One explicit-mode share consumer (``client``) acquiring and acknowledging for run ``run_id``."""
 
     def __init__(self, client: ShareClient, run_id: str, settings: GroupSettings,
-                 kafka_config: Mapping[str, Any] | None = None, watch: TopicWatch | None = None):
+                 kafka_config: Mapping[str, Any] | None = None, watch: TopicWatch | None = None,
+                 retention: RetentionCheck | None = None):
         """``settings``: the group's lock duration, delivery-count limit and in-flight window as the cluster said
         them; ``kafka_config``: the client's configuration (``group.id`` included), to ask the cluster about the
-        group; ``watch``: the subscribed topics as they are now (None: as the client found them)."""
+        group; ``watch``: the subscribed topics as they are now (None: as the client found them); ``retention``:
+        asks, before the member fetches, whether the log start passed records the group had not processed."""
         self._client = client
         self._watch = watch
+        self._retention = retention
         self._run_id = run_id
         self._settings = settings
         self._kafka_config = dict(kafka_config or {})
@@ -62,12 +67,20 @@ class BrokerCoordinator:
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
         read = set_up_group(options, first_run=not progress.totals(options.group_id))
-        settings = group_settings(options, read)
+        settings, said = group_settings(options, read)
         client = ShareClient(options.client_config, options.topics, options.max_poll_records,
                              metadata_timeout_s=METADATA_TIMEOUT_S)
         watch = TopicWatch(options.client_config, options.topics, client.partitions, _reads_new(settings),
                            needs=NEEDS)
-        return cls(client, run_id, settings, options.client_config, watch)
+        retention = RetentionCheck(options.client_config, options.group_id, DataLoss(options.fail_on_data_loss),
+                                   cannot_see=None if said else "the cluster says no share group's configs")
+        try:
+            retention.check(client.partitions)  # before the first fetch: Kafka's would move past the lost records
+        except BaseException:
+            retention.close()
+            client.close()
+            raise
+        return cls(client, run_id, settings, options.client_config, watch, retention)
 
     @property
     def member_id(self) -> str:
@@ -116,6 +129,8 @@ class BrokerCoordinator:
         that is gone fails here, naming it: the share consumer would wait on it, idle, for good."""
         if self._watch is not None:
             self._watch.refresh()
+        if self._retention is not None:
+            self._retention.check(self.partitions)
         acquired = records_to_arrow(self._client.poll(wait_s), 0, include_headers=True)
         counts = acquired.column("deliveryCount").to_numpy()
         for row in (counts >= self.delivery_limit).nonzero()[0].tolist():
@@ -158,11 +173,17 @@ class BrokerCoordinator:
         return pa.Table.from_pylist([{"topic": t, "partition": p, "offset": o, "deliveryCount": c}
                                      for t, p, o, c in archived], schema=POSITIONS)
 
+    def lost_unread(self) -> int:
+        """Records the retention check found gone unprocessed since the last call (``failOnDataLoss=false``)."""
+        return self._retention.data_loss.drain() if self._retention is not None else 0
+
     def close(self, keep: Sequence[OffsetRange] = ()) -> None:
         """Leave the group: the broker releases what the member still holds (``keep`` is always empty here), and
         archives what of it was on its last delivery attempt."""
         self._archived += [(*key, count) for key, count in self._last_attempts.items()]
         self._last_attempts.clear()
+        if self._retention is not None:
+            self._retention.close()
         self._client.close()
 
 

@@ -74,10 +74,11 @@ def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
                   if key[0] in options.topics and offset.start_offset is not None and offset.start_offset >= 0)
 
 
-def group_settings(options: SourceOptions, read: dict[str, str] | None) -> GroupSettings:
+def group_settings(options: SourceOptions, read: dict[str, str] | None) -> tuple[GroupSettings, bool]:
     """The lock duration, delivery-count limit, in-flight window and start the group gives its members: as ``read``
     where setting the group's configs read them, else as the cluster says (the group's value or the broker's default),
-    else the option ``lockDurationMs`` and Kafka's defaults.
+    else the option ``lockDurationMs`` and Kafka's defaults; and whether the cluster said any (a cluster without
+    group configurations has no share-group admin API either: the embedded broker).
 
     The member keeps records acquired beyond a batch for the next batches only while their locks have room, and
     never gives back a record on its last delivery attempt: a guess longer than the group's lock would hand Spark
@@ -100,4 +101,4 @@ def group_settings(options: SourceOptions, read: dict[str, str] | None) -> Group
         log.info("share group %s: the cluster did not say %s; the query assumes Kafka's defaults (%s)",
                  options.group_id, ", ".join(missing),
                  ", ".join(f"{key}={getattr(settings, SETTING_OPTIONS[key])}" for key in missing))
-    return settings
+    return settings, bool(found)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Outcome, Settled
+from sharegroup_source.coordinators.data_loss import DataLoss
 from sharegroup_source.coordinators.delta.group_setup import set_up_group
 from sharegroup_source.coordinators.delta.member import GroupMember, Held, Spans
 from sharegroup_source.options import SourceOptions
@@ -72,7 +73,8 @@ class DeltaCoordinator:
                                 storage_options=dict(options.storage_options))
         set_up_group(group, options, first_run=not progress.totals(options.group_id))
         prefix = query_member_prefix(options.state_location)
-        member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics)
+        member = GroupMember(group, f"{prefix}{run_id}", "query", options.replay_config, options.topics,
+                             DataLoss(options.fail_on_data_loss))
         return cls(member, options.max_poll_records, prefix)
 
     @property
@@ -172,6 +174,10 @@ class DeltaCoordinator:
     def archived(self) -> pa.Table:
         """Positions the group archived at its delivery-count limit since the last call."""
         return positions(self._member.archived())
+
+    def lost_unread(self) -> int:
+        """Records the member's acquisitions moved past after the log start left them unprocessed."""
+        return self._member.data_loss.drain()
 
     def close(self, keep: Sequence[OffsetRange] = ()) -> None:
         """Leave the group, giving back what is held but ``keep`` (what was acquired ahead too)."""

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharegroup_source.coordinators.base import Failures
+from sharegroup_source.coordinators.data_loss import DataLoss, LostRange
 from sharegroup_source.coordinators.delta.holdings import Holdings
+from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.metadata import LogBounds, partition_counts
 from sharegroup_source.kafka.topic_watch import TopicWatch
 from state_store import AckType, AcquiredRecords, InvalidRecordStateError, RecordState, SharePartition
@@ -69,10 +71,13 @@ class GroupMember:
     """Acquires and settles for ``member_id``; ``kind`` is ``query`` or ``worker`` in the members table."""
 
     def __init__(self, group: GroupStore, member_id: str, kind: str, kafka_config: Mapping[str, str],
-                 topics: Sequence[str]):
+                 topics: Sequence[str], data_loss: DataLoss | None = None):
+        """``data_loss``: what the member does where the log start passed records nobody processed (a worker, by
+        default: logs and counts them; a query: as its ``failOnDataLoss`` says)."""
         self.group = group
         self.member_id = member_id
         self._kind = kind
+        self.data_loss = data_loss or DataLoss(fail=False, member=f"{kind} {member_id}")
         self.partitions = partition_counts(kafka_config, topics, needs=NEEDS)
         self._watch = TopicWatch(kafka_config, topics, self.partitions, READS_NEW, needs=NEEDS)
         self._bounds = LogBounds(kafka_config, needs=NEEDS)
@@ -145,6 +150,8 @@ class GroupMember:
                     if budget <= 0:
                         break
                     low, high = bounds[key]
+                    if sps[key].spso > high:
+                        raise _recreated(key, sps[key].spso, high)
                     for run in sps[key].acquire(self.member_id, min(share, budget), now_ms, high,
                                                 log_start_offset=low):
                         taken.append(Held(*key, run))
@@ -223,7 +230,7 @@ class GroupMember:
         asked = time.monotonic()
         give_way_until = asked + third_ms / 1000  # a commit gives way a third of a lock at most, then goes
 
-        def planned(sps: dict[Key, SharePartition]) -> tuple[T, list[Held]]:
+        def planned(sps: dict[Key, SharePartition]) -> tuple[T, tuple[list[Held], list[LostRange]]]:
             now_ms = planned_at_ms[0] = int(time.time() * 1000)
             if time.monotonic() < give_way_until:
                 give_way(sps.values(), self.member_id, now_ms, third_ms)
@@ -231,7 +238,9 @@ class GroupMember:
             for key, sp in sps.items():
                 sp.renew_member(self.member_id, self._holdings.of(key), now_ms)
             archived = [Held(t, p, run) for (t, p), sp in sps.items() for run in sp.archived_at_limit()]
-            return result, archived
+            lost = [LostRange(t, p, first, last) for (t, p), sp in sps.items() for first, last in sp.lost_unread()]
+            self.data_loss.refuse(lost)  # under failOnDataLoss=true this plan is not committed: the group stays
+            return result, (archived, lost)
 
         gave_way = False
         while True:
@@ -240,7 +249,7 @@ class GroupMember:
                 races = self.group.share_state.table.lost_races
                 holding = self._holdings.any()
                 try:
-                    (result, archived), version = self.group.share_state.update_all(planned, initial or {})
+                    (result, (archived, lost)), version = self.group.share_state.update_all(planned, initial or {})
                 except GiveWay as way:
                     pause_s = way.pause_s
                     if not gave_way:
@@ -251,6 +260,7 @@ class GroupMember:
                 else:
                     with self._archived_lock:
                         self._archived += archived
+                    self.data_loss.found(lost)
                     self._note_renewal(planned_at_ms[0], holding and version is not None, waited_s=turn - asked,
                                        took_s=time.monotonic() - turn,
                                        lost_races=self.group.share_state.table.lost_races - races)
@@ -350,6 +360,16 @@ def _settlement(member_id: str, acks: Acks) -> Callable[[dict[Key, SharePartitio
         return failures
 
     return change
+
+
+def _recreated(key: Key, spso: int, log_end: int) -> ClusterError:
+    """The log of ``key`` ends below the group's start in it: the topic was deleted and created again since the group
+    read it (or its log was truncated), so the group's state describes another log."""
+    topic, partition = key
+    return ClusterError(f"{topic}[{partition}] ends at offset {log_end}, below the offset {spso} the group has read "
+                        f"it to: the topic was deleted and created again since (or its log truncated), and the "
+                        f"group's state is of the old one; to read the new one from its start, delete the group's "
+                        f"offsets for it (sharegroup delete-offsets <groupLocation> --topic {topic} --execute)")
 
 
 def _keys(partitions: Mapping[str, int]) -> list[Key]:

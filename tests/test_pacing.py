@@ -57,6 +57,16 @@ def test_an_acquisition_is_spread_over_the_batches_its_lock_leaves_room_for(capl
     assert caplog.text == ""
 
 
+def test_an_overrun_late_in_a_lock_names_settings_above_the_querys_own(caplog):
+    """8 s into a 15 s lock, 900 records wait and two 1.8 s batches can still end inside 12 s: the remedy counted
+    from the whole acquisition would be a 10 s lock and 300 a trigger, which the query has, or less."""
+    pacing = _paced([1.0, 1.2])
+    with caplog.at_level(logging.INFO, logger="sharegroup_source.driver.pacing"):
+        assert pacing.size(900, 300, 0, acquired_at_ms=_now_ms() - 8_000) == 450
+    assert "share.record.lock.duration.ms=20000" in caplog.text, caplog.text
+    assert "raise maxRecordsPerTrigger to 450" in caplog.text, caplog.text
+
+
 def test_records_on_their_last_attempt_go_into_the_next_epoch_whatever_the_limit():
     pacing = _paced([], lock_ms=None)  # renewed locks: only the last attempts override the limit
     assert pacing.size(500, 100, 240, acquired_at_ms=0) == 240

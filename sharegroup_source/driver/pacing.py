@@ -116,7 +116,7 @@ class Pacing:
                     "delivery attempts); to keep batches at %d, %s", self._group_id, f"{acquisition:,}",
                     self._partitions,
                     batches, limit, LOCK_SHARE * self._lock_ms / 1000, self._lock_ms / 1000, budget_s,
-                    self.delivery_limit, limit, self._remedy(limit, START_BATCH_S * 1000, acquisition))
+                    self.delivery_limit, limit, self._remedy(limit, START_BATCH_S * 1000, acquisition, limit + 1))
 
     def emittable(self, acquired_at_ms: int, now_ms: int | None = None) -> bool:
         """Whether a batch started now, at the pace batches have gone, ends inside ``LOCK_SHARE`` of the lock of
@@ -170,17 +170,19 @@ class Pacing:
         remedy = ""
         if self._lock_ms is not None and self.pace.period_ms is not None and overrun.size > overrun.last_attempts:
             remedy = f"; to keep batches at {overrun.allowed:,}, " + self._remedy(
-                overrun.allowed, self.pace.period_ms, overrun.waiting)
+                overrun.allowed, self.pace.period_ms, overrun.waiting, overrun.size)
         log.warning("%s%s", line, remedy)
 
-    def _remedy(self, limit: int, period_ms: float, acquisition: int) -> str:
-        """The settings that let ``acquisition`` records go ``limit`` a batch at ``period_ms`` a batch."""
+    def _remedy(self, limit: int, period_ms: float, acquisition: int, taken: int) -> str:
+        """The settings that let ``acquisition`` records go ``limit`` a batch at ``period_ms`` a batch; each above what
+        the query has (``taken``: the epoch this overrun sized), since what it has did not let them."""
         assert self._lock_ms is not None
         batches = math.ceil(acquisition / limit)
-        lock = int(math.ceil(batches * period_ms / LOCK_SHARE / 10_000) * 10_000)
+        lock = max(int(math.ceil(batches * period_ms / LOCK_SHARE / 10_000) * 10_000),
+                   (self._lock_ms // 10_000 + 1) * 10_000)
         fit = max(int(LOCK_SHARE * self._lock_ms // max(period_ms, 1.0)), 1) * limit  # records the lock lets go
         return (f"raise the group's lock ({GROUP_CONFIG_PREFIX}share.record.lock.duration.ms={lock}; Kafka caps it at "
                 f"the broker's group.share.max.record.lock.duration.ms), or acquire fewer records at once "
                 f"({GROUP_CONFIG_PREFIX}share.partition.max.record.locks="
                 f"{max(fit // self._partitions, MIN_RECORD_LOCKS)}), or raise maxRecordsPerTrigger to "
-                f"{max(math.ceil(acquisition * period_ms / (LOCK_SHARE * self._lock_ms)), limit):,}")
+                f"{max(math.ceil(acquisition * period_ms / (LOCK_SHARE * self._lock_ms)), taken):,}")

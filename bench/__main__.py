@@ -1,7 +1,7 @@
 """``make bench``: every figure of the source in one run, the throughput story first.
 
-    python -m bench [--quick] [--only state|delta|admin|admin-broker|state-store] [--peers apache,embedded]
-                    [--out-dir bench/results]
+    python -m bench [--quick] [--only state|delta|admin|admin-broker|state-store|members]
+                    [--peers apache,embedded] [--out-dir bench/results]
 
 The throughput story, on Apache Kafka (the broker the bench starts from the jars, or the cluster of
 SHAREGROUP_TEST_BOOTSTRAP), in ONE table and one plot (``bench.story``): records/s of 64 B records over
@@ -39,7 +39,16 @@ store on local disk against S3 (``bench.remote_state``): both coordinators (``br
 loopback (``stateStorage.<key>`` options), each run on a fresh group, checkpoint and location, medians of 3
 interleaved rounds: the Spark batch p50 (triggerExecution of the steady batches), records/s and Delta commits
 per batch (steady, and over the whole run; per table), into ``"state_store": {"local": {coordinator: ...},
-"s3": {coordinator: ...}, "store_run": ...}`` beside (e)'s figures. On the
+"s3": {coordinator: ...}, "store_run": ...}`` beside (e)'s figures. On Apache Kafka too: (l) the queue's scaling
+(``bench.members``), every member a process of its own doing 5 ms of work per record (``time.sleep``, a stand-in
+for I/O-bound work) one record after another: 1, 2, 4 and 8 members on ONE partition, 1,600 records, in five
+series (a Delta group's DeltaShareConsumers, and with a coordinator=delta query among them; a broker group's
+confluent-kafka ShareConsumers on the producer's own large batches, on one-record batches, and on one-record
+batches with a coordinator=broker query among them), and 1, 2 and 3 queries, each a Spark application of its
+own, as the only members of one broker group on 6 partitions; records/s from the members' start to the last
+record acknowledged, how the records split among the members, and every record worked on once (duplicates and
+missing kept, and printed loudly), into ``"members": {"delta": {series: {members: records/s}}, "broker": ...,
+"queries": {N: {"records_per_s", "split", "duplicates", "missing"}}, "runs": ...}``; one round. On the
 embedded broker (no format("kafka"): Java clients cannot talk to it; 5 MiB per partition) there is no
 story: the plain loop and the default sharegroup query run once on a 50,000-record topic for the
 figures above. Without Kafka: (g) bounded state, a driver's restart on 10,000 epochs against 10, and one
@@ -52,12 +61,14 @@ ShareConsumerPerformance tool, now not run), (a) and (b) over 1..16 partitions, 
 (d) on the one-poll batch of 10,000 records. (d) shrank to one extra run.
 
 A full run takes about 25 minutes on two cores, most of it the story (60 consumer runs and 24 of
-Spark's own batch), about 5 of it (j), and (k) adds about 3.5 (12 runs); ``--quick`` about 5 minutes
-and 1.5 for (k) (one round, smaller topics and batches). ``--only state`` measures (g) alone, in about
-two minutes, into ``<date>-state.*``; ``--only delta`` (h) alone into ``<date>-delta.*``; ``--only
-admin`` (i) alone; ``--only admin-broker`` (j) alone, in about five minutes, into
-``<date>-admin-broker.*``; ``--only state-store`` (k) alone, in about four minutes (two with --quick),
-into ``<date>-state-store.*``. Writes ``<out-dir>/<date>.json`` and
+Spark's own batch), about 5 of it (j), (k) adds about 3.5 (12 runs) and (l) about 5 (23 runs, and the
+start of its 8 consumer processes and 3 Spark applications); ``--quick`` about 5 minutes, 1.5 for (k) and
+2 for (l) (one round, smaller topics and batches; (l): 400 records, 1 and 4 members, 2 queries). ``--only
+state`` measures (g) alone, in about two minutes, into ``<date>-state.*``; ``--only delta`` (h) alone into
+``<date>-delta.*``; ``--only admin`` (i) alone; ``--only admin-broker`` (j) alone, in about five minutes,
+into ``<date>-admin-broker.*``; ``--only state-store`` (k) alone, in about four minutes (two with --quick),
+into ``<date>-state-store.*``; ``--only members`` (l) alone, in about five minutes (two with --quick), into
+``<date>-members.*``. Writes ``<out-dir>/<date>.json`` and
 ``<date>.png`` (``<date>-quick.*`` with --quick) and prints the table. The JSON carries
 ``"scaling": {peer: {consumer: {partitions: records/s}}}`` and ``"limit_per_partition": {peer:
 {partitions: records/s}}``, with the runs, options, batch sizes, the limit's terms and the checks
@@ -94,13 +105,15 @@ from bench.delta_coordinator import measure_delta
 from bench.driver_loop import DriverJob, measure_driver
 from bench.latency import measure_latency
 from bench.lock_limit import DEFAULT_RECORD_LOCK_LIMIT, measure_lock_limits
-from bench.plot import plot, plot_admin_broker, plot_bounded_state, plot_delta, plot_state_store
+from bench.members import MemberSizes, measure_members
+from bench.plot import plot, plot_admin_broker, plot_bounded_state, plot_delta, plot_members, plot_state_store
 from bench.remote_state import StoreSizes, measure_state_stores
 from bench.report import (
     TARGET_RATIO,
     admin_broker_table,
     admin_table,
     delta_only_table,
+    members_only_table,
     state_only_table,
     state_store_only_table,
     table,
@@ -268,16 +281,32 @@ def run_state_store_only(quick: bool) -> dict[str, Any]:
             "elapsed_s": round(time.monotonic() - started), "state_store": stores}
 
 
+def _members(kafka: KafkaUnderTest, quick: bool, scratch: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """(l) on Apache Kafka: members with per-record work on one partition, and N queries in one broker group
+    (``bench.members``); their own processes, so no Spark session of ours."""
+    return measure_members(kafka, MemberSizes.quick() if quick else MemberSizes.full(), scratch / "members", say)
+
+
+def run_members_only(quick: bool) -> dict[str, Any]:
+    """``--only members``: (l) alone, on Apache Kafka whatever --peers says."""
+    started = time.monotonic()
+    with bench_kafka("apache") as kafka, tempfile.TemporaryDirectory(prefix="sharegroup-bench-") as scratch:
+        members = _members(kafka, quick, Path(scratch), lambda message: _say(message, started))
+    return {"date": str(date.today()), "quick": quick, "only": "members", "machine": _machine(),
+            "elapsed_s": round(time.monotonic() - started), "members": members}
+
+
 def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
     """(g), then on every peer the throughput story (Apache Kafka) or the main topic's two runs (the embedded
-    broker), latency, the lock limits and (h), and (k) on Apache Kafka; (c) to (f) and (i) on the first peer; (j)
-    on a broker of its own with Apache Kafka among the peers; then what the checkpoint setting saves of Spark's own
-    batch cost. One Spark session."""
+    broker), latency, the lock limits and (h), and (k) and (l) on Apache Kafka; (c) to (f) and (i) on the first
+    peer; (j) on a broker of its own with Apache Kafka among the peers; then what the checkpoint setting saves of
+    Spark's own batch cost. One Spark session of ours ((l)'s queries have their own)."""
     started = time.monotonic()
     by_peer: dict[str, Any] = {}
     stories: dict[str, Any] = {}
     delta = _delta_figures(sizes, peers)
     stores: dict[str, Any] = {"store_run": {"skipped": "(k) runs on Apache Kafka, which --peers leaves out"}}
+    members: dict[str, Any] = {"skipped": "(l) runs on Apache Kafka, which --peers leaves out"}
     # Spark's JVM starts while (g) builds its states (tens of seconds), and is up and idle before (g)'s restarts
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start") as starting:
         session = starting.submit(local_spark)
@@ -299,6 +328,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
                 _delta(kafka, spark, sizes, scratch, say, delta, main.delta)
                 if peer == "apache":
                     stores = _state_stores(kafka, spark, quick, scratch, say)
+                    members = _members(kafka, quick, scratch, say)
         if "apache" in peers:
             admin.update(_admin_broker(quick, lambda message: _say(f"apache: {message}", started)))
         # last: a query's first batches in a fresh JVM are slower, which would count against whichever setting
@@ -330,6 +360,7 @@ def run(sizes: Sizes, quick: bool, peers: list[str]) -> dict[str, Any]:
         "bounded_state": state,
         "delta": delta,
         "admin": admin,
+        "members": members,
     }
 
 
@@ -438,14 +469,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help=f"comma-separated Kafka peers, from {', '.join(PEERS)} (default: "
                              f"{','.join(DEFAULT_PEERS)}); the throughput story runs on Apache Kafka, figures "
                              "(c) to (f) and (i) on the first peer")
-    parser.add_argument("--only", choices=["state", "delta", "admin", "admin-broker", "state-store"],
+    parser.add_argument("--only", choices=["state", "delta", "admin", "admin-broker", "state-store", "members"],
                         help="state: only (g) bounded state, without Kafka or Spark (--quick: 2,000 epochs); "
                              "delta: only (h) coordinator=delta, on every peer of --peers; "
                              "admin: only (i) describing 100 groups, on the first peer; "
                              "admin-broker: only (j) sharegroup describe --all-groups against Kafka's "
                              "kafka-share-groups over 1, 100 and 1,000 groups, on Apache Kafka (--quick: 1 round); "
                              "state-store: only (k) both coordinators' state on local disk against an S3 server, "
-                             "on Apache Kafka (--quick: 1 round)")
+                             "on Apache Kafka (--quick: 1 round); "
+                             "members: only (l) members with per-record work on one partition and N queries in one "
+                             "broker group, on Apache Kafka (--quick: 400 records, 1 and 4 members, 2 queries)")
     parser.add_argument("--out-dir", type=Path, default=Path("bench/results"), help="where the JSON and PNG go")
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
@@ -453,14 +486,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "delta": lambda: run_delta_only(sizes, args.quick, args.peers),
             "admin": lambda: run_admin_only(args.peers),
             "admin-broker": lambda: run_admin_broker_only(args.quick),
-            "state-store": lambda: run_state_store_only(args.quick)}
+            "state-store": lambda: run_state_store_only(args.quick),
+            "members": lambda: run_members_only(args.quick)}
     figures = runs[args.only]() if args.only else run(sizes, args.quick, args.peers)
     stem = f"{figures['date']}{'-quick' if args.quick else ''}{'-' + args.only if args.only else ''}"
     write_json(figures, args.out_dir / f"{stem}.json")
     outputs = {None: (plot, table), "state": (plot_bounded_state, state_only_table),
                "delta": (plot_delta, delta_only_table), "admin": (None, admin_table),
                "admin-broker": (plot_admin_broker, admin_broker_table),
-               "state-store": (plot_state_store, state_store_only_table)}
+               "state-store": (plot_state_store, state_store_only_table),
+               "members": (plot_members, members_only_table)}
     draw, text = outputs[args.only]
     if draw is not None:
         draw(figures, args.out_dir / f"{stem}.png")

@@ -5,7 +5,8 @@ limit, the done-when checks in its title), the limit's two terms against a defau
 batch, latency, (d) over maxRecordsPerPartition, (c) where one micro-batch's time goes, (g)
 bounded state (a driver's restart on a long-lived state against a short-lived one, and one
 compacted-topic epoch's ledger row), (h) coordinator=delta, (j) ``sharegroup describe --all-groups`` against
-Kafka's own tool over the number of groups and (k) both coordinators' state on local disk against S3.
+Kafka's own tool over the number of groups, (k) both coordinators' state on local disk against S3 and (l) members
+with per-record work on one partition, and N queries in one broker group.
 Drawn on an Agg canvas without pyplot, so no display and no global backend state are involved.
 """
 
@@ -20,11 +21,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.delta_coordinator import DELTA_CONSUMERS
+from bench.members import MEMBER_SERIES
 from bench.remote_state import COORDINATORS, STORES
 from bench.report import TARGET_RATIO
 from bench.story import STORY_CONSUMERS
 
-__all__ = ["plot", "plot_admin_broker", "plot_bounded_state", "plot_delta", "plot_state_store"]
+__all__ = ["plot", "plot_admin_broker", "plot_bounded_state", "plot_delta", "plot_members", "plot_state_store"]
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -36,19 +38,22 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     delta = figures.get("delta")
     broker = figures.get("admin", {}).get("broker_groups")
     stores = figures["state_store"] if "local" in figures.get("state_store", {}) else None
+    members = figures["members"] if "runs" in figures.get("members", {}) else None
     stories = list(figures.get("story", {}))
     rows = [[f"story_{peer}", f"story_{peer}"] for peer in stories] + [
         ["limit_left", "limit_right"], ["bottom_left", "bottom_right"]]
     height = (10 + 6 * len(stories) + (4 if state else 0) + (5 if delta else 0) + (4 if broker else 0)
-              + (4 if stores else 0))
+              + (4 if stores else 0) + (5 if members else 0))
     fig = Figure(figsize=(13, height))
     FigureCanvasAgg(fig)
     axes = fig.subplot_mosaic(rows + ([["state_left", "state_right"]] if state else [])
                               + ([["delta_left", "delta_right"]] if delta else [])
                               + ([["broker_left", "broker_right"]] if broker else [])
-                              + ([["stores_left", "stores_right"]] if stores else []),
+                              + ([["stores_left", "stores_right"]] if stores else [])
+                              + ([["members_left", "members_right"]] if members else []),
                               height_ratios=[1.4] * len(stories) + [1, 1] + ([0.8] if state else [])
-                              + ([1] if delta else []) + ([0.8] if broker else []) + ([0.8] if stores else []))
+                              + ([1] if delta else []) + ([0.8] if broker else []) + ([0.8] if stores else [])
+                              + ([1] if members else []))
     fig.suptitle(f"format(\"sharegroup\") bench, {figures['date']}: records of {figures['dataset']['value_bytes']} B, "
                  f"{figures['machine']['cpus']} cores; (c) and (d) on the {figures['kafka']['detail_peer']} peer")
     for peer in stories:
@@ -66,6 +71,8 @@ def plot(figures: dict[str, Any], path: Path) -> None:
         _admin_broker(axes["broker_left"], axes["broker_right"], figures["admin"])
     if stores:
         _state_store(axes["stores_left"], axes["stores_right"], stores)
+    if members:
+        _members(axes["members_left"], axes["members_right"], members)
     bottom_left, bottom_right = axes["bottom_left"], axes["bottom_right"]
 
     per_limit = figures["max_records_per_partition"]
@@ -186,6 +193,13 @@ def plot_state_store(figures: dict[str, Any], path: Path) -> None:
                 f"{figures['machine']['cpus']} cores",
                 lambda left, right: _state_store(left, right, figures["state_store"])
                 if "local" in figures["state_store"] else None)
+
+
+def plot_members(figures: dict[str, Any], path: Path) -> None:
+    """``--only members``: the two (l) panels alone."""
+    _two_panels(path, 5.5, f"format(\"sharegroup\") bench, {figures['date']}: members with work on one partition, "
+                f"and N queries in one broker group, {figures['machine']['cpus']} cores",
+                lambda left, right: _members(left, right, figures["members"]) if "runs" in figures["members"] else None)
 
 
 def _two_panels(path: Path, height: float, title: str, draw: Callable[[Any, Any], None]) -> None:
@@ -366,3 +380,47 @@ def _stacked(axes: Any, label: str, parts: dict[str, float], colors: list[Any]) 
         if ms > 0:
             axes.barh(label, ms, left=left, label=name, color=color)
             left += ms
+
+
+_MEMBER_STYLES = {"workers": ("#31a354", "^-"), "workers_and_query": ("#a1d99b", "^--"),
+                  "large_batches": ("#777777", "o-"), "small_batches": ("#3182bd", "s-"),
+                  "small_batches_and_query": ("#9ecae1", "s--")}
+
+
+def _members(left: Any, right: Any, members: dict[str, Any]) -> None:
+    """Records/s over members on one partition, one line per series, each labelled with its speed-up at the most
+    members; N queries' records/s in one broker group, each bar labelled with how the records split."""
+    counts = [int(n) for n in next(iter(members["delta"].values()))]
+    for coordinator, by_name in MEMBER_SERIES.items():
+        for name, label in by_name.items():
+            color, style = _MEMBER_STYLES[name]
+            rates = members[coordinator][name]
+            points = [(n, rates[str(n)]) for n in counts if rates[str(n)] is not None]
+            speedup = members["speedup"][coordinator][name].get(str(counts[-1]))
+            left.plot([n for n, _ in points], [r for _, r in points], style, color=color,
+                      label=f"{coordinator}: {label}" + (f" ({speedup:.2f}x)" if speedup is not None else ""))
+            if points:
+                left.annotate(f"{points[-1][1]:,}", points[-1], textcoords="offset points", xytext=(4, 0),
+                              fontsize=7, color=color, va="center")
+    left.set_xscale("log", base=2)
+    left.set_xticks(counts, [str(n) for n in counts])
+    left.set_xlim(counts[0] * 0.85, counts[-1] * 1.35)
+    left.set_ylim(bottom=0)
+    left.set_xlabel("members on ONE partition (each a process)")
+    left.set_ylabel("records/s, members' start to last record acknowledged")
+    left.set_title(f"(l) members with {members['work_ms']:g} ms of work per record, {members['records']:,} records, "
+                   f"max.poll.records {members['max_poll_records']}", fontsize=10)
+    left.legend(fontsize=7, loc="upper left")
+    queries, setup = members["queries"], members["queries_run"]
+    labels = [f"{n} quer{'y' if n == '1' else 'ies'}" for n in queries]
+    rates = [query.get("records_per_s") or 0 for query in queries.values()]
+    right.bar(labels, rates, color="#3182bd")
+    for label, rate, query in zip(labels, rates, queries.values(), strict=True):
+        text = "n/a" if "split" not in query else (
+            f"{rate:,}/s\nsplit {' / '.join(f'{n:,}' for n in query['split'])}\n"
+            f"{query['duplicates']} duplicates, {query['missing']} missing")
+        right.text(label, rate, text, ha="center", va="bottom", fontsize=7.5)
+    right.set_ylim(0, max(rates, default=0) * 1.4 or 1)
+    right.set_ylabel("records/s, all queries")
+    right.set_title(f"(l) N queries (Spark applications) in one broker group, {setup['partitions']} partitions, "
+                    f"{setup['records']:,} records", fontsize=10)

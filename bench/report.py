@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.delta_coordinator import DELTA_CONSUMERS
+from bench.members import MEMBER_SERIES
 from bench.remote_state import COORDINATORS, STORES
 from bench.story import STORY_CONSUMERS
 
 __all__ = ["TARGET_RATIO", "admin_broker_lines", "admin_broker_table", "admin_lines", "admin_table",
-           "bounded_state_table", "delta_only_table", "delta_table", "peers_table",
-           "settings_table", "state_only_table", "state_store_lines", "state_store_only_table", "story_table",
-           "table", "write_json"]
+           "bounded_state_table", "delta_only_table", "delta_table", "members_lines", "members_only_table",
+           "peers_table", "settings_table", "state_only_table", "state_store_lines", "state_store_only_table",
+           "story_table", "table", "write_json"]
 
 #: coordinator=delta -> noop must reach this share of the plain reader's records/s, and of format("kafka")'s ((h)).
 TARGET_RATIO = 0.8
@@ -342,6 +343,8 @@ def table(figures: dict[str, Any]) -> str:
         lines += ["", *delta_table(figures["delta"])]
     if "store_run" in figures["state_store"]:
         lines += ["", *state_store_lines(figures["state_store"])]
+    if "members" in figures:
+        lines += ["", *members_lines(figures["members"])]
     if "admin" in figures:
         lines += ["", *admin_lines(figures["admin"])]
         if "broker_groups_run" in figures["admin"]:
@@ -439,3 +442,62 @@ def state_store_lines(stores: dict[str, Any]) -> list[str]:
 def state_store_only_table(figures: dict[str, Any]) -> str:
     """``--only state-store``: (k) alone."""
     return _only_table(figures, "state store local against S3 only", state_store_lines(figures["state_store"]))
+
+
+def _split(run: dict[str, Any]) -> str:
+    """Records each member worked on, a query's marked q."""
+    return ", ".join(f"{n:,}{'q' if role == 'query' else ''}" for n, role in zip(run["split"], run["roles"],
+                                                                                  strict=True))
+
+
+def members_lines(members: dict[str, Any]) -> list[str]:
+    """(l): records/s of each series over the member count on one partition (x of one member), what one poll
+    took and how the largest run split; then N queries in one broker group; exactly once over every run."""
+    if "skipped" in members:
+        return [f"(l) members: skipped, {members['skipped']}"]
+    runs = members["runs"]
+    counts = list(next(iter(next(iter(members["speedup"].values())).values())))
+    lines = [f"(l) members with {members['work_ms']:g} ms of work per record (time.sleep, one record after another), "
+             f"ONE partition, {members['records']:,} records of {members['value_bytes']} B, max.poll.records and "
+             f"maxRecordsPerTrigger {members['max_poll_records']}, each member a process, {members['rounds']} "
+             f"round(s); records/s (x of 1 member)",
+             f"{'series':<60}" + "".join(f"{n + ' member' + ('s' if n != '1' else ''):>15}" for n in counts)
+             + f"{'records per poll p50 / max':>28}"]
+    for coordinator, by_name in MEMBER_SERIES.items():
+        for name, label in by_name.items():
+            rates, speedups = members[coordinator][name], members["speedup"][coordinator][name]
+            cells = ["n/a" if rates[n] is None else f"{rates[n]:,} ({speedups[n]:.2f})" for n in counts]
+            last = runs[coordinator][name][counts[-1]]
+            polls = last.get("records_per_poll", {})
+            lines.append(f"{coordinator + ': ' + label:<60}" + "".join(f"{cell:>15}" for cell in cells)
+                         + f"{str(polls.get('p50', '-')) + ' / ' + str(polls.get('max', '-')):>28}")
+    lines.append(f"  records each member worked on at {counts[-1]} members (q: the query):")
+    lines += [f"    {coordinator}, {name}: " + (_split(run) if "split" in run else "n/a")
+              for coordinator, by_name in MEMBER_SERIES.items() for name in by_name
+              for run in [runs[coordinator][name][counts[-1]]]]
+    setup = members["queries_run"]
+    lines += ["", f"(l) N queries (Spark applications, each a process with its own SparkSession) as the N members "
+                  f"of one broker group: {setup['partitions']} partitions, {setup['records']:,} records, the same "
+                  f"work per record in foreachBatch, {setup['options']}",
+              f"{'queries':>8}{'records/s':>11}{'x of 1':>8}  {'records each query worked on':<34}"
+              f"{'duplicates':>11}{'missing':>8}  all acknowledged"]
+    for n, query in members["queries"].items():
+        if query.get("records_per_s") is None:
+            lines.append(f"{n:>8}  n/a: {query.get('error')}")
+            continue
+        split = ", ".join(f"{records:,}" for records in query["split"])
+        acknowledged = "yes" if query["acknowledged_all"] else "NO"
+        lines.append(f"{n:>8}{query['records_per_s']:>11,}{setup['speedup'][n]:>8.2f}  {split:<34}"
+                     f"{query['duplicates']:>11,}{query['missing']:>8,}  {acknowledged}")
+    once = members["exactly_once"]
+    broken = once["duplicates"] or once["missing"] or once["unacknowledged_runs"]
+    lines.append(f"  exactly once over every run of (l): {once['duplicates']} duplicate(s), {once['missing']} missing, "
+                 f"runs not all acknowledged: {once['unacknowledged_runs'] or 'none'}"
+                 + ("  <-- EXACTLY ONCE BROKEN" if broken else ""))
+    lines += [f"  n/a: {key}: {error}" for key, error in members["errors"].items()]
+    return lines
+
+
+def members_only_table(figures: dict[str, Any]) -> str:
+    """``--only members``: (l) alone."""
+    return _only_table(figures, "members and queries on one group only", members_lines(figures["members"]))

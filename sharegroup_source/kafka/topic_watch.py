@@ -50,8 +50,13 @@ class TopicWatch:
         self._every_s = every_s
         self._needs = needs
         self._admin = AdminClient(admin_config({**config, "allow.auto.create.topics": False}))
-        self._ids: dict[str, str] = {}  # each topic's id when first asked
+        self._ids: dict[str, str] = {}  # each topic's id when first asked: at once, so a change from the start counts
         self._asked_at = time.monotonic()
+        try:
+            if self._admin.list_topics(timeout=_ASK_TIMEOUT_S).controller_id >= 0:
+                self._check_ids()
+        except KafkaException as error:  # asked at the next refresh
+            log.debug("the subscribed topics' ids were not read: %s", error)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -76,7 +76,8 @@ class RetentionCheck:
         lost = []
         for key, (log_start, log_end) in sorted(bounds.items()):
             start = starts.get(key)
-            if start is None or start.start_offset is None or start.lag is None or log_start <= start.start_offset:
+            if (start is None or start.start_offset is None or start.lag is None or not 0 <= log_start <= log_end
+                    or log_start <= start.start_offset):  # a negative offset: a leader being elected says none
                 continue
             gone = start.lag - (log_end - log_start)
             if gone > 0:

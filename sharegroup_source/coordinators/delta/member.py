@@ -150,7 +150,7 @@ class GroupMember:
                     if budget <= 0:
                         break
                     low, high = bounds[key]
-                    if sps[key].spso > high:
+                    if 0 <= high < sps[key].spso:  # a negative end: a leader just elected says none yet
                         raise _recreated(key, sps[key].spso, high)
                     for run in sps[key].acquire(self.member_id, min(share, budget), now_ms, high,
                                                 log_start_offset=low):

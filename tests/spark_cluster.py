@@ -18,6 +18,7 @@ one's child any more) is found by it and killed when the cluster or the driver s
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -57,8 +58,12 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        return json.load(answer)
+    """A Spark UI's JSON answer; None while the UI does not answer it whole (starting, or busy on loaded cores)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return json.load(answer)
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
 
 
 def kill_marked(value: str) -> None:
@@ -174,10 +179,8 @@ class SparkCluster:
 
     def alive_workers(self) -> int:
         """How many workers the master's JSON page lists as ALIVE (0 while the master is not answering yet)."""
-        try:
-            return sum(worker["state"] == "ALIVE" for worker in _get_json(f"{self.ui_url}/json/")["workers"])
-        except OSError:
-            return 0
+        page = _get_json(f"{self.ui_url}/json/")
+        return sum(worker.get("state") == "ALIVE" for worker in page.get("workers", ())) if page else 0
 
     def executors(self) -> list[Executor]:
         """The executor JVMs running now, from each worker's child processes."""
@@ -298,10 +301,7 @@ class ClusterDriver:
     def executors(self) -> dict[str, ExecutorTasks]:
         """Each executor the driver had (the dead ones too) by id, with its tasks, from the driver's REST API (its
         UI); empty while the UI does not answer."""
-        try:
-            found = _get_json(f"{self._api}/allexecutors")
-        except OSError:
-            return {}
+        found = _get_json(f"{self._api}/allexecutors") or []
         return {e["id"]: ExecutorTasks(e["isActive"], e["activeTasks"], e["completedTasks"], e["failedTasks"])
                 for e in found if e["id"] != "driver"}
 

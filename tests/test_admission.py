@@ -143,6 +143,21 @@ def test_an_available_now_run_gives_back_what_is_past_its_target_and_acquires_no
     assert run.coordinator.acquire_calls == 1, "acquiring again would spend a delivery of what went back"
 
 
+def test_an_available_now_run_waits_a_lock_after_an_acknowledgement_failed(tmp_path, monkeypatch):
+    """An empty queue ends an AvailableNow run, but not within a lock of a failed acknowledgement: the records come
+    back, and what follows them, by then."""
+    monkeypatch.setattr(admission_module, "AVAILABLE_NOW_IDLE_S", 0.0)
+    run = _run(tmp_path, lock_duration_ms=2_000)
+    run.admission.target = {("t", 0): 10}
+    assert run.admission.acquire(None)[0].num_rows == 0 and run.coordinator.acquire_calls == 1, "nothing expected"
+    _emitted_and_lost(run, 1, [0, 1])
+    run.coordinator.acquisitions += [records("t", 0, [])] * 3 + [records("t", 0, [0, 1], delivery_count=2),
+                                                                 records("t", 0, [2])]
+    assert _offsets(run.admission.acquire(None)[0]) == [(0, 2)]
+    assert run.coordinator.acquire_calls == 1 + 5, "polled through the empty answers and the redelivery"
+    assert run.recorded(1) == "ACKED"
+
+
 def test_a_stop_gives_the_backlog_back(tmp_path):
     run = _run(tmp_path)
     run.coordinator.acquisitions.append(records("t", 1, range(5)))

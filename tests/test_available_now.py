@@ -81,3 +81,25 @@ def test_a_poll_of_only_records_past_the_target_ends_the_run_at_once(kafka, tmp_
     left = setup.leftovers_for_a_fresh_member()
     assert sorted((p, v) for p, v, _ in left) == sorted(later), "the later records wait for the next run"
     assert {count for _, _, count in left} == {2}, "given back once: delivered once before, now the second time"
+
+
+@pytest.mark.embedded
+@pytest.mark.timing
+def test_a_first_batch_that_outlives_its_lock_still_reads_every_record(spark, kafka, tmp_path):
+    """The first batch (Spark starting its workers on a busy cluster) takes longer than the records' lock: their
+    acknowledgement fails and the backlog's locks run out. The run waits for those records to come back instead of
+    ending on an empty queue with them unread (librdkafka's embedded broker redelivers them seconds late)."""
+    lock_ms = 15_000
+    setup = StreamSetup(kafka, kafka.new_topic(2), kafka.new_group(lock_duration_ms=lock_ms), tmp_path)
+    produced = kafka.produce_numbered(setup.topic, 300, 2)
+
+    def slow_first(_frame, batch_id: int) -> None:
+        if batch_id == 0:
+            time.sleep(lock_ms / 1000 + 1)
+
+    query = setup.batch_sink(spark, slow_first, maxRecordsPerTrigger=100, lockDurationMs=lock_ms)
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None, "the run did not end cleanly within 180 s"
+    counts = collections.Counter((partition, value) for partition, value, _ in setup.sink_rows(spark))
+    assert set(counts) == produced, f"{len(produced - set(counts))} of the run's records were left unread"
+    assert counts.most_common(1)[0][1] == 1, "a record was written twice"

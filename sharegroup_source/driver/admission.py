@@ -59,8 +59,9 @@ class Admission:
                               sum(coordinator.partitions.values()))
         limit = options.max_records_per_trigger
         self._pacing.warn_at_start(limit, coordinator.acquires_at_most(limit))
-        #: what this run last gave back unread, to tell its return from records other members gave back
+        #: what this run last gave back unread (to tell its return from records other members gave back), and when
         self._given_back: set[tuple[str, int, int]] = set()
+        self._gave_back_at: float | None = None
         #: an AvailableNow run's target: per topic-partition, the log end when the run began (None: no such run)
         self.target: Mapping[tuple[str, int], int] | None = None
         # an AvailableNow run saw a record past its target: polling again would re-acquire the
@@ -101,19 +102,33 @@ class Admission:
         if self._past_target:
             return NO_RECORDS, int(time.time() * 1000)
         poll_s = self._options.poll_timeout_ms / 1000
-        idle_s = AVAILABLE_NOW_IDLE_S if self.target is not None else poll_s
-        idle_until = time.monotonic() + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
+        started = time.monotonic()
         while True:
-            remaining = idle_until - time.monotonic()
+            remaining = self._idle_until(started, poll_s) - time.monotonic()
             acquired_at_ms = int(time.time() * 1000)
             acquired = self._coordinator.acquire(max_records, max(min(poll_s, remaining), 0.01))
             self._book.collect()  # settled before it was acquired: a record that failed to settle is expected back
             fresh = self.admit(acquired, max_records, acquired_at_ms)
             # past the target: acquiring again would take back what was just given back
-            if fresh.num_rows or self._past_target or time.monotonic() >= idle_until:
+            if fresh.num_rows or self._past_target or time.monotonic() >= self._idle_until(started, poll_s):
                 self._assigned = True
                 self._note_redelivered(fresh)
                 return fresh, acquired_at_ms
+
+    def _idle_until(self, started: float, poll_s: float) -> float:
+        """Until when an acquisition that began at ``started`` waits on an empty queue before it answers "nothing".
+
+        A poll's timeout; under AvailableNow, whose run ends on that answer, ``AVAILABLE_NOW_IDLE_S``, and no sooner
+        than one lock duration after this run last gave records back unread or had an acknowledgement fail: those
+        records are the group's to deliver again by the end of their lock at the latest, and the member's next
+        fetches may be slow (librdkafka's embedded broker answered 5 s apart after a failed acknowledgement, which
+        ended runs with records still in the queue)."""
+        idle_s = AVAILABLE_NOW_IDLE_S if self.target is not None else poll_s
+        until = started + (idle_s if self._assigned else max(idle_s, FIRST_ACQUISITION_WAIT_S))
+        if self.target is None:
+            return until
+        setbacks = [at for at in (self._gave_back_at, self._book.emitted.expected_at) if at is not None]
+        return max([until] + [at + (self._lock_duration_ms or 0) / 1000 for at in setbacks])
 
     def give_back(self) -> None:
         """RELEASE the backlog: what a stop leaves."""
@@ -129,7 +144,7 @@ class Admission:
         waited_ms = int(time.time() * 1000) - self._backlog.acquired_at_ms
         records = self._backlog.give_back()
         self._counters.given_back += records.num_rows
-        self._given_back = set(record_keys(records))
+        self._given_back, self._gave_back_at = set(record_keys(records)), time.monotonic()
         self._acks.send(releases(records))
         assert self._lock_duration_ms is not None, "a backlog whose locks are renewed never ages"
         log.warning("group %s: gave back %d acquired records that waited %.1fs for a batch, too long for one more "

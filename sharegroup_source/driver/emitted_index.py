@@ -9,6 +9,7 @@ leaves the index once every record that was to come back has come back and been 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable
 
 import numpy as np
@@ -26,12 +27,15 @@ class EmittedIndex:
         self._ranges: dict[tuple[str, int], list[tuple[int, OffsetRange, int]]] = {}
         self._reach: dict[tuple[str, int], list[int]] = {}
         self._expected: dict[int, int] = {}  # per epoch, records that will come back
+        #: when records were last expected back (``time.monotonic()``; None: never)
+        self.expected_at: float | None = None
         for entry in entries:
             self.add(entry)
 
     def expect_back(self, epoch: int, records: int) -> None:
         """``records`` of ``epoch`` were not acknowledged: the broker will redeliver them."""
         self._expected[epoch] = records
+        self.expected_at = time.monotonic()
 
     def came_back(self, epoch: int) -> bool:
         """One record of ``epoch`` came back and is settled; True when it was the last one to come

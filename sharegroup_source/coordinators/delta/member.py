@@ -151,7 +151,9 @@ class GroupMember:
                         break
                     low, high = bounds[key]
                     if 0 <= high < sps[key].spso:  # a negative end: a leader just elected says none yet
-                        raise _recreated(key, sps[key].spso, high)
+                        if self._watch.in_sync(*key):  # else a leader just elected, its high watermark behind
+                            raise _recreated(key, sps[key].spso, high)
+                        continue
                     for run in sps[key].acquire(self.member_id, min(share, budget), now_ms, high,
                                                 log_start_offset=low):
                         taken.append(Held(*key, run))

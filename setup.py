@@ -20,8 +20,10 @@ setup(
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
     # Spark's quiet logging for the local sessions of sharegroup_source.testing (and conf/spark-defaults.conf)
-    # and Kafka's message definitions of the share-group admin APIs kafka-python does not ship
-    package_data={"sharegroup_source": ["conf/log4j2.properties", "kafka/messages/*.json"]},
+    # and Kafka's message definitions of the share-group admin APIs kafka-python does not ship; py.typed (PEP 561):
+    # both packages are typed, so a type checker reads their annotations
+    package_data={"sharegroup_source": ["py.typed", "conf/log4j2.properties", "kafka/messages/*.json"],
+                  "state_store": ["py.typed"]},
     # No pyspark: Databricks and spark-submit bring their own Spark, and a pyspark from an index would
     # shadow it. `import sharegroup_source.source` checks the running Spark (sharegroup_source.check_spark);
     # the `spark` extra brings one for local use.

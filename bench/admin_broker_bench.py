@@ -38,7 +38,6 @@ import psutil
 
 from sharegroup_source.admin import describe_groups, reset_offsets
 from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
-from sharegroup_source.kafka.share_requests import offsets_request, parse_offsets
 from sharegroup_source.testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, free_port, kafka_java
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, kafka_session
 
@@ -161,8 +160,7 @@ def _start_offsets(servers: str, groups: list[str], one_request: bool) -> None:
     """DescribeShareGroupOffsets for ``groups``: in one request, or one per group all in flight at once (what
     ``ShareGroupProtocol.start_offsets`` sends); a conversation of its own, like a describe's."""
     with ShareGroupProtocol({"bootstrap.servers": servers}, 60) as protocol:
-        answers = protocol.start_offsets(groups) if not one_request else protocol._run(
-            protocol._grouped, groups, offsets_request, parse_offsets)
+        answers = protocol.start_offsets(groups, group_per_request=not one_request)
         assert all(isinstance(a, dict) and len(a) == PARTITIONS for a in answers.values()), answers
 
 

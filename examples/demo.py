@@ -15,7 +15,9 @@ stops the query without waiting for the batch.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import logging
 import os
 import random
 import secrets
@@ -25,17 +27,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sharegroup_source.cli import plain_text
-from sharegroup_source.kafka.settings import admin_config, producer_config
 from sharegroup_source.sinks import DeltaBatchWriter
 from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
 from sharegroup_source.testing.embedded_broker import EmbeddedBroker
@@ -49,6 +50,14 @@ ORDERS, PRODUCE_SECONDS, RUN_LIMIT_SECONDS = 20_000, 45, 110
 TRIGGER_MS, STOP_MARGIN_MS = 2_000, 250  # the query's processing-time trigger; a stop keeps this far from it
 BATCH_PATIENCE_SECONDS = 60  # how long a stop waits for the batch in progress to end
 LEAVE_PATIENCE_SECONDS = 30  # how long the summary waits for the source's stop to finish (give back, leave the group)
+#: Where the demo's own Kafka clients (its admin and producer) log: Python logging, as the connector's clients do,
+#: not librdkafka's raw lines on stderr
+KAFKA_LOG = logging.getLogger("demo.kafka")
+
+
+def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of one of the demo's own Kafka clients: ``config`` with its log through :data:`KAFKA_LOG`."""
+    return {**config, "logger": KAFKA_LOG}
 
 
 class StopRequest:
@@ -142,7 +151,7 @@ def share_group_broker(kind: str, coordinator_kind: str) -> Iterator[dict[str, s
 
     if kind == "secured":
         with SecuredKafka(users={DEMO_USER: secrets.token_urlsafe(12)}) as secured:
-            admin = AdminClient(admin_config({"bootstrap.servers": secured.internal_servers}))
+            admin = AdminClient(client_config({"bootstrap.servers": secured.internal_servers}))
             create_topic(admin, TOPIC, PARTITIONS)
             set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
             secured.allow(DEMO_USER, "TOPIC", TOPIC, "READ", "WRITE")  # WRITE: the demo's producer is the user too
@@ -153,7 +162,7 @@ def share_group_broker(kind: str, coordinator_kind: str) -> Iterator[dict[str, s
             yield {key: str(value) for key, value in secured.client_config(DEMO_USER).items()}
         return
     with ApacheKafka() as kafka:
-        admin = AdminClient(admin_config({"bootstrap.servers": kafka.bootstrap_servers}))
+        admin = AdminClient(client_config({"bootstrap.servers": kafka.bootstrap_servers}))
         create_topic(admin, TOPIC, PARTITIONS)
         set_group_configs(admin, GROUP, {"share.auto.offset.reset": "earliest"})
         print(f"Apache Kafka {kafka.bootstrap_servers} (log {kafka.log_path})")
@@ -161,7 +170,9 @@ def share_group_broker(kind: str, coordinator_kind: str) -> Iterator[dict[str, s
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=plain_text(__doc__),
+    # the docstring as a terminal shows it: without reST's literal marks
+    parser = argparse.ArgumentParser(prog="python examples/demo.py",
+                                     description=inspect.cleandoc(__doc__ or "").replace("``", ""),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka", choices=("embedded", "apache", "secured"), default="embedded",
                         help="the broker: librdkafka's embedded mock (default), Apache Kafka's own (make jars), or "
@@ -222,7 +233,7 @@ def run(kafka: str, coordinator_kind: str, work: Path, stop: StopRequest) -> Non
                  .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
         # one producer for the whole run: on the embedded broker a client connection that closes ends every
         # share session on the node, so a producer dropped mid-run would fail the query's next acknowledgements
-        orders_producer = Producer(producer_config({**client, "linger.ms": 20}))
+        orders_producer = Producer(client_config({**client, "linger.ms": 20}))
         producer = threading.Thread(target=produce_orders, args=(orders_producer, produced, lambda: stop.requested),
                                     daemon=True)
         producer.start()

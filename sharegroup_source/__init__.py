@@ -11,7 +11,7 @@ The connector's exceptions (``sharegroup_source.errors``) are importable from he
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ from sharegroup_source.errors import (
     DataLossError,
     FencedError,
     GroupConfigError,
+    GroupNotEmptyError,
+    GroupSettingsError,
     OptionError,
     OutcomeError,
     SparkVersionError,
@@ -46,15 +48,17 @@ from sharegroup_source.errors import (
 from sharegroup_source.spark_version import check_spark
 from sharegroup_source.worker_python import check_worker_python, default_worker_python
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+if TYPE_CHECKING:  # the names the annotations use; at run time pyspark and the coordinator load on first use
+    from pyspark.sql import DataFrame, SparkSession
 
     from sharegroup_source.coordinators.delta import DeltaShareConsumer
+    from sharegroup_source.outcomes import Outcome
+    from state_store import AckType
 
 __all__ = ["AuthenticationError", "AuthorizationError", "BatchInterruptedError", "ClusterError", "DataLossError",
-           "DeltaShareConsumer", "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError",
-           "StateMismatchError", "StateStoreError", "TlsError", "WorkerPythonError", "acknowledge", "check_spark",
-           "register"]
+           "DeltaShareConsumer", "FencedError", "GroupConfigError", "GroupNotEmptyError", "GroupSettingsError",
+           "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError", "StateStoreError", "TlsError",
+           "WorkerPythonError", "acknowledge", "check_spark", "register"]
 
 default_worker_python()
 
@@ -109,14 +113,34 @@ def _has_format(spark: SparkSession, name: str) -> bool:
         return False
 
 
-def __getattr__(name: str) -> Any:
-    # imported on first use: the CLI and the embedded broker need neither pyspark nor Delta
-    if name == "acknowledge":
-        from sharegroup_source.outcomes import acknowledge
+def acknowledge(df: DataFrame, outcome: Outcome | AckType, reason: str | None = None, *,
+                options: Mapping[str, Any]) -> int:
+    """Record ``outcome`` for every row of ``df``: rows of the micro-batch ``foreachBatch`` is processing.
 
-        return acknowledge
-    if name == "DeltaShareConsumer":
-        from sharegroup_source.coordinators.delta import DeltaShareConsumer
+    ``outcome``: ``"ACCEPT"``, ``"RELEASE"`` (the record comes back in a later batch, its delivery count one
+    higher) or ``"REJECT"`` (the broker archives it and the source keeps it in its dead letters); a
+    ``state_store.AckType`` is taken too, and a name in any case. ``reason`` is kept with the decision (and
+    in a dead letter's row). ``options`` are the source's options (at least ``stateLocation`` and
+    ``kafka.group.id``, and the ``stateStorage.*`` credentials of an object store): a batch DataFrame
+    carries no trace of where its source keeps state. ``df`` needs the source's columns topic, partition,
+    offset and epoch. A row of the batch no call names is ACCEPTed after the batch commits.
 
-        return DeltaShareConsumer
-    raise AttributeError(f"module 'sharegroup_source' has no attribute {name!r}")
+    The decisions are written to the ``decisions`` table before the batch commits, so the
+    acknowledgement after the commit applies them, even from a restarted driver. Returns the number
+    of records recorded. Raises :class:`OutcomeError`, recording nothing, for an unknown outcome, a
+    DataFrame without those columns, options that are not a source's, or rows of another batch.
+    """
+    from sharegroup_source.outcomes import acknowledge as record  # pyspark and the state tables: on first use
+
+    return record(df, outcome, reason, options=options)
+
+
+if not TYPE_CHECKING:  # for type checkers the module has the names above and no others
+
+    def __getattr__(name: str) -> Any:
+        # imported on first use: the CLI and the embedded broker need neither pyspark nor the Delta coordinator
+        if name == "DeltaShareConsumer":
+            from sharegroup_source.coordinators.delta import DeltaShareConsumer
+
+            return DeltaShareConsumer
+        raise AttributeError(f"module 'sharegroup_source' has no attribute {name!r}")

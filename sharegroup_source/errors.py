@@ -1,17 +1,19 @@
 """Every exception the connector raises on purpose, in one place (as ``deltalake.exceptions``).
 
 Each message names the option, location or record at fault. State-table trouble comes from
-the state store as :class:`StateStoreError` (a run another run took over from: :class:`FencedError`).
+the state store as :class:`StateStoreError` (a run another run took over from: :class:`FencedError`;
+a member whose group settings disagree with its group's: :class:`GroupSettingsError`). The state
+store never imports the connector, so its errors are defined there and re-exported here.
 """
 
 from __future__ import annotations
 
-from state_store.errors import FencedError, StateStoreError
+from state_store.errors import FencedError, GroupSettingsError, StateStoreError
 
 __all__ = ["CONNECTOR_ERRORS", "AuthenticationError", "AuthorizationError", "BatchInterruptedError", "ClusterError",
-           "DataLossError",
-           "FencedError", "GroupConfigError", "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError",
-           "StateStoreError", "TlsError", "WorkerPythonError"]
+           "DataLossError", "FencedError", "GroupConfigError", "GroupNotEmptyError", "GroupSettingsError",
+           "OptionError", "OutcomeError", "SparkVersionError", "StateMismatchError", "StateStoreError", "TlsError",
+           "WorkerPythonError"]
 
 
 class OptionError(ValueError):
@@ -57,6 +59,11 @@ class GroupConfigError(ValueError):
         self.refused = refused or (message,)
 
 
+class GroupNotEmptyError(RuntimeError):
+    """A reset or delete of a share group's offsets (``sharegroup_source.admin``) was refused: members of the group
+    hold records or were seen lately; the message names them. Nothing was changed."""
+
+
 class SparkVersionError(ImportError):
     """The running Spark (or its absence) cannot host the source; the message names what was found and what is needed.
 
@@ -76,5 +83,5 @@ class WorkerPythonError(RuntimeError):
 
 #: Every error above, each a one-line message that names what is at fault (subclasses included through their bases).
 CONNECTOR_ERRORS: tuple[type[Exception], ...] = (
-    BatchInterruptedError, ClusterError, DataLossError, GroupConfigError, OptionError, OutcomeError, SparkVersionError,
-    StateMismatchError, StateStoreError, WorkerPythonError)
+    BatchInterruptedError, ClusterError, DataLossError, GroupConfigError, GroupNotEmptyError, OptionError, OutcomeError,
+    SparkVersionError, StateMismatchError, StateStoreError, WorkerPythonError)

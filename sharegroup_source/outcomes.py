@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame
 
@@ -20,22 +20,27 @@ from sharegroup_source.errors import OptionError, OutcomeError
 from sharegroup_source.options import StateOptions
 from state_store import UNSETTLED, AckType, LedgerEntry, StateStore
 
-__all__ = ["OUTCOMES", "acknowledge"]
+__all__ = ["OUTCOMES", "Outcome", "acknowledge"]
 
+#: An outcome by name, as :func:`sharegroup_source.acknowledge` takes it: the names of :class:`~state_store.AckType`
+#: (which it takes too; a name is matched in any case). tests/test_public_names.py holds the two to one another.
+Outcome = Literal["ACCEPT", "RELEASE", "REJECT"]
 OUTCOMES = tuple(AckType)
 
 
-def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, options: Mapping[str, Any]) -> int:
-    """Record ``outcome`` for every row of ``df``, rows of the micro-batch being processed.
+def acknowledge(df: DataFrame, outcome: Outcome | AckType, reason: str | None = None, *,
+                options: Mapping[str, Any]) -> int:
+    """Record ``outcome`` for every row of ``df``, rows of the micro-batch being processed; the body of
+    :func:`sharegroup_source.acknowledge`, which says more.
 
     ``options`` are the source's options (at least ``stateLocation`` and ``kafka.group.id``, and
     the ``stateStorage.*`` credentials of an object store): a batch DataFrame carries no trace of
     where its source keeps state. ``df`` needs the columns
     topic, partition, offset and epoch. Returns the number of records recorded.
     """
-    outcome = str(outcome).upper()
-    if outcome not in OUTCOMES:
-        raise OutcomeError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    decision = str(outcome).upper()  # an AckType is its name; a name in any case, as before the type
+    if decision not in OUTCOMES:
+        raise OutcomeError(f"outcome must be one of {', '.join(OUTCOMES)}, got {decision!r}")
     missing = [c for c in ("topic", "partition", "offset", "epoch") if c not in df.columns]
     if missing:
         raise OutcomeError(f"acknowledge() needs the source's columns {missing} in the DataFrame")
@@ -53,7 +58,7 @@ def acknowledge(df: DataFrame, outcome: str, reason: str | None = None, *, optio
     for epoch, records in by_epoch.items():
         _check_current(store.ledger.get(state.group_id, epoch), epoch, records)
     for epoch, records in sorted(by_epoch.items()):
-        store.decisions.record(state.group_id, epoch, [(t, p, o, outcome, reason) for t, p, o in records])
+        store.decisions.record(state.group_id, epoch, [(t, p, o, decision, reason) for t, p, o in records])
     return sum(len(r) for r in by_epoch.values())
 
 

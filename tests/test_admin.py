@@ -27,7 +27,6 @@ from sharegroup_source.acks import Ack
 from sharegroup_source.admin import (
     SESSION_TIMEOUT_MS,
     GroupDescription,
-    GroupNotEmptyError,
     PartitionDescription,
     delete_offsets,
     describe_groups,
@@ -35,6 +34,7 @@ from sharegroup_source.admin import (
     to_arrow,
 )
 from sharegroup_source.coordinators.broker.share_client import ShareClient
+from sharegroup_source.errors import GroupNotEmptyError
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import AckType, SharePartition
 from state_store.group import GroupStore

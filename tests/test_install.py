@@ -157,3 +157,9 @@ def test_the_wheel_carries_kafkas_share_group_admin_message_definitions(wheel: P
         names = {n.rsplit("/", 1)[-1] for n in built.namelist() if n.startswith("sharegroup_source/kafka/messages/")}
     assert {f"{api}{kind}.json" for api in ("ShareGroupDescribe", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
                                              "DeleteShareGroupOffsets") for kind in ("Request", "Response")} <= names
+
+
+def test_the_wheel_marks_both_packages_typed(wheel: Path) -> None:
+    """PEP 561: a type checker reads an installed package's annotations only where its py.typed is."""
+    with zipfile.ZipFile(wheel) as built:
+        assert {"sharegroup_source/py.typed", "state_store/py.typed"} <= set(built.namelist())

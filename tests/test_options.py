@@ -251,3 +251,14 @@ def test_unknown_options_are_each_named_and_the_spelling_kept_where_it_reaches_t
     with pytest.raises(OptionError) as error:
         SourceOptions.parse(_as_spark_passes({**BASE, "zzz": "1"}))
     assert str(error.value).startswith("unknown option 'zzz'; sharegroup options: checkpointLocation, "), error.value
+
+
+def test_the_checkpoint_reader_without_checkpoint_location_names_the_option_and_the_spark_rule():
+    """Spark 4.0/4.1's reader needs the option; ``load()`` refuses its absence first, and the reader itself says the
+    same, as the connector's ValueError for options."""
+    from sharegroup_source.driver.stream_reader import CheckpointStartReader
+
+    with pytest.raises(OptionError, match=r"option 'checkpointLocation' is required on Spark 4\.0 and 4\.1 "
+                                          r"\(Spark 4\.2 and newer need none\)") as error:
+        CheckpointStartReader(SourceOptions.parse(BASE))
+    assert isinstance(error.value, ValueError)

@@ -1,13 +1,25 @@
 """Public and private, as the code says it: a module's ``__all__`` is its public face (mypy holds every import to
 it: ``implicit_reexport = false``), a leading underscore marks what no other module may use, and the bench, the
-soak and the examples use the package the way a user's code may, or say here why not."""
+soak and the examples use the package the way a user's code may, or say here why not. The public face is typed
+(py.typed, a typed ``acknowledge``), and every exception a user of the connector can meet is in
+``sharegroup_source.errors``."""
 
 from __future__ import annotations
 
 import ast
+import builtins
+import inspect
+import subprocess
+import sys
+import typing
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import sharegroup_source
+from sharegroup_source import errors
 
 ROOT = Path(__file__).parents[1]
 PROJECT = ("sharegroup_source", "state_store")
@@ -15,14 +27,27 @@ PROJECT = ("sharegroup_source", "state_store")
 LIBRARY_NAMES = {"KafkaError"}
 #: Where the bench or an example reaches past the public face, and why that is right there.
 REACHES_IN = {
-    ("bench/admin_broker_bench.py", "protocol._run"):
-        "the bench measures the many-groups-per-request DescribeShareGroupOffsets the admin decided against; "
-        "no public call should offer the slower way",
-    ("bench/admin_broker_bench.py", "protocol._grouped"): "the same measurement",
-    ("bench/delta_coordinator.py", "consumer._group"):
-        "the bench reports the share_state table's lost commit races, a counter no user needs",
     ("examples/demo.py", "spark._jvm"): "pyspark's own way to reach the JVM (Delta's version); pyspark has no other",
 }
+#: The public face the examples keep to (with the test tooling shipped in sharegroup_source.testing, and the state
+#: store's documented ``StateStore``): nothing else of the two packages.
+EXAMPLES_MAY_IMPORT = ("sharegroup_source", "sharegroup_source.admin", "sharegroup_source.sinks",
+                       "sharegroup_source.errors", "state_store")
+#: Exception classes of the two packages that never reach a user of the connector, and why; every other one is
+#: sharegroup_source.errors's (defined there, or the state store's re-exported there).
+NOT_RAISED_TO_USERS = {
+    "GiveWay": "control flow inside a Delta member's commit (coordinators/delta/member.py): caught there, it only "
+               "makes the commit wait for another member's renewal",
+    "NonAtomicStoreError": "state_store.commit_probe's; its one caller, locations.check_location, raises it as the "
+                           "OptionError that names the option",
+    "InvalidRecordStateError": "the state machine's (state_store.SharePartition): the Delta member turns it into the "
+                               "share-partition's failed acknowledgement (a KafkaException per partition for "
+                               "DeltaShareConsumer), and an admin reset refuses a group with holders first "
+                               "(GroupNotEmptyError)",
+}
+#: The test tooling's own errors: sharegroup_source.testing starts brokers and stores for tests, the demo, the bench
+#: and the CLI's local-broker commands, and the source never imports it (docs/brokers.md); its errors are its own.
+TOOLING = "sharegroup_source/testing/"
 
 
 def _sources(*folders: str) -> list[Path]:
@@ -73,3 +98,90 @@ def test_every_module_with_code_says_what_is_public(path):
             if isinstance(node, ast.Import | ast.ImportFrom) for alias in node.names}
         assert [name for name in names if name.startswith("_")] == [], "private names in __all__"
         assert sorted(set(names) - defined) == [], f"{path.relative_to(ROOT)}: __all__ names what it lacks"
+
+
+def test_examples_import_only_the_public_face():
+    reached = [f"{_shown(path, node)}: {name}" for path in _sources("examples")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               for name in ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                            else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+               if name.split(".")[0] in PROJECT and name not in EXAMPLES_MAY_IMPORT
+               and not name.startswith("sharegroup_source.testing")]
+    assert reached == [], "examples importing internals:\n" + "\n".join(reached)
+
+
+def test_acknowledge_is_a_typed_documented_function_of_the_package():
+    from pyspark.sql import DataFrame
+
+    from sharegroup_source.outcomes import OUTCOMES, Outcome
+    from state_store import AckType
+
+    acknowledge = sharegroup_source.acknowledge
+    assert inspect.isfunction(acknowledge) and acknowledge.__module__ == "sharegroup_source", acknowledge
+    assert acknowledge.__doc__ and "OutcomeError" in acknowledge.__doc__
+    signature = inspect.signature(acknowledge)
+    unannotated = [name for name, parameter in signature.parameters.items()
+                   if parameter.annotation is inspect.Parameter.empty]
+    assert unannotated == [] and signature.return_annotation is not inspect.Signature.empty, unannotated
+    # the annotations name what the package imports only for type checkers: resolved with those names
+    hints = typing.get_type_hints(acknowledge, localns={"DataFrame": DataFrame, "Outcome": Outcome,
+                                                        "AckType": AckType, "Mapping": Mapping, "Any": Any})
+    assert hints == {"df": DataFrame, "outcome": Outcome | AckType, "reason": str | None,
+                     "options": Mapping[str, Any], "return": int}, hints
+    assert signature.parameters["options"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert typing.get_args(Outcome) == tuple(t.value for t in OUTCOMES) == tuple(t.value for t in AckType)
+
+
+def test_the_package_imports_neither_pyspark_nor_the_delta_coordinator():
+    """The CLI and the embedded broker import the package where no pyspark is: its entry points load on use."""
+    probe = ("import sys, sharegroup_source\n"
+             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j') or m.startswith("
+             "('sharegroup_source.outcomes', 'sharegroup_source.coordinators', 'sharegroup_source.source')))\n"
+             "print(loaded)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_both_packages_say_they_are_typed():
+    """PEP 561's marker, which setup.py's package_data puts in the wheel (tests/test_install.py)."""
+    for package in PROJECT:
+        assert (ROOT / package / "py.typed").is_file(), f"{package}/py.typed is missing"
+
+
+def _exception_classes() -> dict[str, str]:
+    """Every exception class defined in the two packages, by name: the file that defines it."""
+    defined = {node.name: (path, [ast.unparse(base) for base in node.bases])
+               for path in _sources(*PROJECT) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.ClassDef)}
+    builtin = {name for name, value in vars(builtins).items()
+               if isinstance(value, type) and issubclass(value, BaseException)}
+    found: dict[str, str] = {}
+    grew = True
+    while grew:
+        grew = False
+        for name, (path, bases) in defined.items():
+            if name not in found and any(base.split(".")[-1] in builtin | set(found) for base in bases):
+                found[name] = str(path.relative_to(ROOT))
+                grew = True
+    return found
+
+
+def test_every_exception_a_user_can_meet_is_in_errors():
+    exceptions = _exception_classes()
+    assert {"OptionError", "StateStoreError", "GroupNotEmptyError", "BrokerError"} <= set(exceptions), exceptions
+    users = {name: file for name, file in exceptions.items()
+             if not name.startswith("_") and name not in NOT_RAISED_TO_USERS and not file.startswith(TOOLING)}
+    missing = sorted(f"{name} ({file})" for name, file in users.items() if name not in errors.__all__)
+    assert missing == [], "exceptions users can meet, not in sharegroup_source.errors.__all__:\n" + "\n".join(missing)
+    for name in users:
+        assert isinstance(getattr(errors, name), type) and issubclass(getattr(errors, name), Exception), name
+        assert name in sharegroup_source.__all__ and getattr(sharegroup_source, name) is getattr(errors, name), name
+    moved = sorted(f"{name} ({file})" for name, file in users.items()
+                   if file not in ("sharegroup_source/errors.py", "state_store/errors.py"))
+    assert moved == [], "a user's exception is defined in errors.py (the state store's in state_store/errors.py):\n" \
+        + "\n".join(moved)
+    stale = sorted(set(NOT_RAISED_TO_USERS) - set(exceptions))
+    assert stale == [], f"NOT_RAISED_TO_USERS names exceptions that are gone: {stale}"
+    classes = sorted(name for name in errors.__all__ if isinstance(getattr(errors, name), type))
+    assert set(classes) <= set(exceptions), "errors.__all__ names a class that is not an exception"

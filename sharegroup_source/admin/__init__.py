@@ -49,7 +49,6 @@ from sharegroup_source.admin.model import (
     SESSION_TIMEOUT_MS,
     ConfigPlan,
     GroupDescription,
-    GroupNotEmptyError,
     MemberDescription,
     PartitionDescription,
     PartitionReset,
@@ -59,6 +58,7 @@ from sharegroup_source.admin.model import (
 )
 from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log_offsets, read_location
 from sharegroup_source.admin.tables import config_table, describe_table, reset_table
+from sharegroup_source.errors import GroupNotEmptyError
 from sharegroup_source.kafka.group_configs import alter_group_configs
 
 __all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "MemberDescription",

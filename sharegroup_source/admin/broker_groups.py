@@ -20,14 +20,13 @@ from typing import Any
 from sharegroup_source.admin.cluster import Cluster, describe_target, new_offsets, topic_keys
 from sharegroup_source.admin.model import (
     GroupDescription,
-    GroupNotEmptyError,
     Key,
     MemberDescription,
     PartitionDescription,
     PartitionReset,
     ResetPlan,
 )
-from sharegroup_source.errors import ClusterError
+from sharegroup_source.errors import ClusterError, GroupNotEmptyError
 from sharegroup_source.kafka.group_configs import GroupConfig, describe_group_configs
 from sharegroup_source.kafka.settings import QUERY_CLIENT_ID
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol

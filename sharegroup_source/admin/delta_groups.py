@@ -14,7 +14,6 @@ from sharegroup_source.admin.cluster import Cluster, describe_target, new_offset
 from sharegroup_source.admin.model import (
     SESSION_TIMEOUT_MS,
     ConfigPlan,
-    GroupNotEmptyError,
     Key,
     PartitionReset,
     ResetPlan,
@@ -22,7 +21,7 @@ from sharegroup_source.admin.model import (
     shown_time,
 )
 from sharegroup_source.admin.state_locations import live_members
-from sharegroup_source.errors import OptionError
+from sharegroup_source.errors import GroupNotEmptyError, OptionError
 from sharegroup_source.kafka.group_configs import (
     DELTA_GROUP_CONFIGS,
     SHARE_GROUP_CONFIGS,

@@ -18,9 +18,8 @@ import pyarrow as pa
 
 from sharegroup_source.kafka.group_configs import ConfigChange, GroupConfig
 
-__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "Key",
-           "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "as_utc", "current_ms",
-           "iso_time", "shown_time", "time_of_ms", "to_arrow"]
+__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "Key", "MemberDescription", "PartitionDescription",
+           "PartitionReset", "ResetPlan", "as_utc", "current_ms", "iso_time", "shown_time", "time_of_ms", "to_arrow"]
 
 #: A member not seen for this long, holding no live lock, is gone: Kafka's default
 #: ``group.share.session.timeout.ms``. Delta members heartbeat every third of the lock duration.
@@ -28,10 +27,6 @@ SESSION_TIMEOUT_MS = 45_000
 
 
 Key = tuple[str, int]
-
-
-class GroupNotEmptyError(RuntimeError):
-    """A reset or delete was refused: members of the group hold records or were seen lately."""
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from sharegroup_source.arrow_pool import use_a_returning_pool
 from sharegroup_source.driver.checkpoint_logs import OffsetLog
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.error_report import reported
+from sharegroup_source.errors import OptionError
 from sharegroup_source.executor.partition_reader import read_partition
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
@@ -132,8 +133,11 @@ class CheckpointStartReader(_ReaderBase):
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
-        if options.checkpoint_location is None:
-            raise ValueError("checkpointLocation is required on this Spark")
+        if options.checkpoint_location is None:  # ShareGroupDataSource refuses it at load() already
+            raise OptionError(
+                "option 'checkpointLocation' is required on Spark 4.0 and 4.1 (Spark 4.2 and newer need none): these "
+                "Spark versions do not tell a Python source where a batch starts, so the source reads it from the "
+                "query's checkpoint. Set it to the checkpointLocation the query writes with")
         self._offsets = OffsetLog(options.checkpoint_location)
 
     def __getstate__(self) -> dict:

@@ -149,6 +149,13 @@ class DeltaShareConsumer:
         return (f"DeltaShareConsumer(member={self.member_id}, group={self._group_id}, "
                 f"group.location={self._group.location_shown}, topics={self._topics}, config={redact(self._kafka)})")
 
+    @property
+    def lost_commit_races(self) -> int:
+        """How many of this consumer's commits to the group's ``share_state`` table lost a compare-and-swap race
+        to another member's commit since it was created, each planned again on the newer version: how
+        contended the group's state is (ShareConsumer has no such count; bench/delta_coordinator.py reports it)."""
+        return self._group.share_state.table.lost_races
+
     # -- ShareConsumer's calls -----------------------------------------------------------------
     def subscribe(self, topics: Sequence[str]) -> None:
         """Join the group as a member taking records of ``topics`` (once per consumer: a member's topics are fixed)."""

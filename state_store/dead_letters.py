@@ -86,8 +86,9 @@ class DeadLetters:
             root, name = os.path.split(os.path.abspath(trimmed))
         return cls.open(root, name, storage_options=storage_options)
 
-    def append(self, rows: pa.Table | Sequence[dict[str, Any]]) -> None:
-        """Add records not yet dead-lettered; ``time`` may be a datetime or epoch milliseconds.
+    def append(self, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
+        """Add records not yet dead-lettered; ``time`` may be a datetime or epoch milliseconds. Returns how many
+        rows were added (a record rejected again after its REJECT failed is kept once, and counted once).
 
         Every row needs ``group_id``, the share group (query) that rejected it. ``headers`` is a
         list of (key, value) pairs. Rows for a (group_id, topic, partition, offset) that is already
@@ -96,11 +97,14 @@ class DeadLetters:
         """
         table = _normalize(rows)
         if table.num_rows == 0:
-            return
+            return 0
         if table.column("group_id").null_count:
             raise ValueError("every dead letter row needs a group_id (the share group that rejected it)")
 
+        added = 0
+
         def plan(snapshot: Snapshot) -> Write | None:
+            nonlocal added
             seen = set(_keys(snapshot.table()))
             any_group = {key[1:] for key in seen if key[0] is None}
             keep = []
@@ -108,9 +112,11 @@ class DeadLetters:
                 if key not in seen and key[1:] not in any_group:
                     seen.add(key)
                     keep.append(i)
+            added = len(keep)  # as the attempt that lands planned it
             return Write(table.take(keep)) if keep else None
 
         self.table.commit(plan)
+        return added
 
     def read(self) -> pa.Table:
         return self.table.snapshot().table()

@@ -115,6 +115,7 @@ def test_a_redelivery_is_settled_as_decided_for_it_and_a_released_one_is_emitted
     assert run.counters.redeliveries_deduped == 2
     letters = run.store.dead_letters.read().to_pylist()
     assert [(r["offset"], r["reason"]) for r in letters] == [(1, "poison")]
+    assert run.counters.dead_lettered == 1, "kept once when rejected, and not counted again when it came back"
     assert run.recorded(1) == "ACKED", "all three came back"
 
 

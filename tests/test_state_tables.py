@@ -137,16 +137,16 @@ def test_decisions_last_write_wins(store: StateStore) -> None:
 
 def test_dead_letters_append_is_idempotent_per_record(store: StateStore) -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    store.dead_letters.append([
+    assert store.dead_letters.append([
         {"key": b"k1", "value": b"v1", "headers": [("trace", b"x"), ("empty", None)], "topic": "orders",
          "partition": 0, "offset": 10, "delivery_count": 5, "reason": "limit", "time": when, "group_id": "q"},
         {"key": None, "value": b"v2", "headers": [], "topic": "orders", "partition": 0, "offset": 11,
          "delivery_count": 1, "reason": "rejected", "time": 1_767_323_045_000, "group_id": "q"},
-    ])
+    ]) == 2
     again = pa.table({"topic": ["orders", "orders"], "partition": [0, 1], "offset": [10, 10],
                       "value": [b"other", b"v3"], "reason": ["again", "new"], "time": [0, 1_767_323_045_000],
                       "group_id": ["q", "q"]})
-    store.dead_letters.append(again)
+    assert store.dead_letters.append(again) == 1, "the record already kept is not counted again"
     rows = sorted(store.dead_letters.read().to_pylist(), key=lambda r: (r["partition"], r["offset"]))
     assert [(r["partition"], r["offset"], r["value"], r["reason"]) for r in rows] == [
         (0, 10, b"v1", "limit"), (0, 11, b"v2", "rejected"), (1, 10, b"v3", "new")]

@@ -100,7 +100,7 @@ class Acknowledger:
             return
         keys = record_keys(rows)
         now_ms = int(time.time() * 1000)
-        self._store.dead_letters.append(pa.table({
+        self._counters.dead_lettered += self._store.dead_letters.append(pa.table({
             "key": rows.column("key"), "value": rows.column("value"), "headers": rows.column("headers"),
             "topic": rows.column("topic"), "partition": rows.column("partition"), "offset": rows.column("offset"),
             "delivery_count": rows.column("deliveryCount"),
@@ -108,7 +108,6 @@ class Acknowledger:
             "time": pa.array([now_ms] * rows.num_rows, pa.int64()),
             "group_id": pa.array([self._group_id] * rows.num_rows, pa.string()),
         }))
-        self._counters.dead_lettered += rows.num_rows
 
     def dead_letter_archived(self, replayed: Sequence[LedgerEntry] = ()) -> None:
         """Records the group archived at its delivery-count limit: nobody gets them again, so they are kept; but

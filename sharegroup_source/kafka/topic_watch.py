@@ -87,17 +87,6 @@ class TopicWatch:
                 self._counts[topic] = count
         return self.counts
 
-    def in_sync(self, topic: str, partition: int) -> bool:
-        """Whether every replica of the partition is in its ISR, as the cluster says now (unanswered: no). A leader
-        elected after a broker left answers a high watermark below its predecessor's until its followers catch up,
-        and the broker that left is out of the ISR until it is back and caught up."""
-        try:
-            found = self._admin.list_topics(topic, timeout=_ASK_TIMEOUT_S).topics[topic].partitions.get(partition)
-        except KafkaException as error:
-            log.debug("topic %s: its replicas were not read: %s", topic, error)
-            return False
-        return found is not None and found.error is None and set(found.isrs) >= set(found.replicas)
-
     def _check_ids(self) -> None:
         """Each topic's id as first asked, or ClusterError for a topic whose id changed: deleted and created again."""
         futures = self._admin.describe_topics(TopicCollection(self._topics), request_timeout=_ASK_TIMEOUT_S)

@@ -56,6 +56,12 @@ MAINTAIN_EVERY_COMMITS = 200
 READS_NEW = "the member reads the new ones from their earliest offset"
 #: How long a commit that gives way to another member's renewal waits before it reads the table again.
 GIVE_WAY_PAUSE_S = 0.05
+#: How long a log must keep ending below the group's start in it before the member takes the topic for one created
+#: again. A leader just elected (a broker killed, or back and made preferred leader again) answers its own high
+#: watermark, behind its predecessor's, until its followers fetch from it once: with every replica in sync, for a
+#: fetch round, seconds on a busy machine. Below the first acquisition's wait, so an AvailableNow run that starts on
+#: a topic created again fails rather than ends idle.
+SHORT_LOG_CONFIRM_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class GroupMember:
         self._bounds = LogBounds(kafka_config, needs=NEEDS)
         self._keys = _keys(self.partitions)
         self._turn = 0  # which partition an acquisition serves first: each in turn
+        self._short_since: dict[Key, float] = {}  # a log ending below the group's start: since when, unbroken
         self._archived: list[Held] = []
         self._holdings = Holdings()
         self._maintenance: BackgroundMaintenance[GroupStore] = BackgroundMaintenance(
@@ -145,13 +152,15 @@ class GroupMember:
             taken: list[Held] = []
             budget = max_records
             fair = max(1, max_records // len(order))
+            short = {key for key in keys if 0 <= bounds[key][1] < sps[key].spso}  # negative: a leader just elected
+            self._short_since = {key: at for key, at in self._short_since.items() if key in short}
             for share in (fair, max_records):
                 for key in order:
                     if budget <= 0:
                         break
                     low, high = bounds[key]
-                    if 0 <= high < sps[key].spso:  # a negative end: a leader just elected says none yet
-                        if self._watch.in_sync(*key):  # else a leader just elected, its high watermark behind
+                    if key in short:
+                        if self._short_for_long(key):
                             raise _recreated(key, sps[key].spso, high)
                         continue
                     for run in sps[key].acquire(self.member_id, min(share, budget), now_ms, high,
@@ -161,6 +170,13 @@ class GroupMember:
             return taken
 
         return change, initial
+
+    def _short_for_long(self, key: Key) -> bool:
+        """Whether the log of ``key`` has ended below the group's start in it for ``SHORT_LOG_CONFIRM_S``: a topic
+        created again, not a leader just elected whose high watermark is behind (nothing is acquired there until
+        then)."""
+        since = self._short_since.setdefault(key, time.monotonic())
+        return time.monotonic() - since >= SHORT_LOG_CONFIRM_S
 
     def _follow_growth(self) -> None:
         """The subscribed topics' partitions as they are now (asked again every few seconds): a member reads the

@@ -17,7 +17,9 @@ group's; a retriable one (coordinator moving or loading) is retried within the t
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import re
 import time
 from collections import Counter, defaultdict, deque
@@ -70,7 +72,8 @@ _BACKOFF_S = 0.2
 _IN_FLIGHT = 5
 #: How long one broker may take to answer a request any broker could answer, before the next is asked.
 _ATTEMPT_S = 4.0
-#: How long one bootstrap attempt may take (a server that accepts connections and never answers: a frozen one).
+#: How long a first bootstrap attempt may take (a server that accepts connections and never answers: a frozen one);
+#: each round over the servers doubles it, so a server slow on a busy machine still gets through.
 _BOOTSTRAP_ATTEMPT_S = 3.0
 #: Connections that log in or shake hands (``security.protocol``), whose refusal kafka-python may not read
 _SECURED = re.compile(r"SASL|SSL", re.IGNORECASE)
@@ -139,17 +142,24 @@ class ShareGroupProtocol:
                                "groups enabled")
 
     def _bootstrap(self, settings: Mapping[str, Any]) -> KafkaAdminClient:
-        """kafka-python's client, bootstrapped: attempts of a few seconds each (each picks a bootstrap server
-        at random, so one frozen server costs an attempt, not the call). A server that answers ApiVersions in
-        a form kafka-python cannot decode answers no ApiVersions v3+, which every Kafka since 2.4 does
-        (librdkafka's embedded broker does not): it has no share-group API either, said at once."""
+        """kafka-python's client, bootstrapped: one bootstrap server per attempt, in turn from a random one, each
+        round's attempts twice as long as the last's. A frozen server costs one short attempt (kafka-python's own
+        pick is random per attempt, so one call could draw the frozen server every time), and a server slow on a
+        busy machine gets a longer one in the next round. A server that answers ApiVersions in a form kafka-python
+        cannot decode answers no ApiVersions v3+, which every Kafka since 2.4 does (librdkafka's embedded broker
+        does not): it has no share-group API either, said at once."""
         deadline = time.monotonic() + self.timeout_s
+        servers = [server.strip() for server in str(settings["bootstrap_servers"]).split(",")]
+        first = random.randrange(len(servers))  # where the turns start: callers spread over the servers
         watcher = _BootstrapTrouble()
         with watcher.watching():
-            while True:
-                attempt_s = max(0.5, min(_BOOTSTRAP_ATTEMPT_S, deadline - time.monotonic()))
+            for attempt in itertools.count():
+                server = servers[(first + attempt) % len(servers)]
+                round_s = _BOOTSTRAP_ATTEMPT_S * 2 ** (attempt // len(servers))
+                attempt_s = max(0.5, min(round_s, deadline - time.monotonic()))
                 try:
-                    return _admin_client(**settings, request_timeout_ms=int(self.timeout_s * 1000),
+                    return _admin_client(**{**settings, "bootstrap_servers": server},
+                                         request_timeout_ms=int(self.timeout_s * 1000),
                                          bootstrap_timeout_ms=int(attempt_s * 1000), reconnect_backoff_max_ms=1000)
                 except errors.KafkaError as error:
                     failure = Failed.raised(error)

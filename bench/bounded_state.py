@@ -37,8 +37,9 @@ from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.driver.emitted_index import EmittedIndex
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
 from state_store import LedgerEntry, OffsetRange, StateStore
-from state_store.delta_table import Snapshot, Write
 from state_store.ledger import LEDGER_SCHEMA, entry_row, epoch_status
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["bounded_state", "ledger_row_size", "restart_cost"]
 

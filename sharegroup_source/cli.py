@@ -43,10 +43,11 @@ from pathlib import Path
 from typing import TextIO
 
 from sharegroup_source.errors import OptionError
-from sharegroup_source.kafka.java_settings import translate_java_settings, unescape_java
+from sharegroup_source.kafka.java_properties import read_properties
+from sharegroup_source.kafka.java_settings import translate_java_settings
 from sharegroup_source.redaction import REDACTED, is_scrubbed
 
-__all__ = ["ClientSettings", "main", "plain_text", "read_command_config", "read_properties"]
+__all__ = ["ClientSettings", "main", "plain_text", "read_command_config"]
 
 
 def plain_text(doc: str | None) -> str:
@@ -217,7 +218,6 @@ _CONFIG_HELP = ("Kafka client settings in a Java properties file, as Kafka's own
 _STORAGE_HELP = ("a storage option for locations on object stores, as the source's stateStorage.KEY "
                  "(repeatable; wins over the file's; prefer the file for credentials, which a command line shows "
                  "to other users of the machine)")
-_BLANK = " \t\f"
 #: Storage option values that say nothing secret and would garble output if hidden everywhere.
 _PLAIN_VALUES = {"true", "false", "none", "null", "etag", "dynamodb"}
 
@@ -239,41 +239,6 @@ class ClientSettings:
         and every storage option's (which ones are credentials depends on the store), bar plain words."""
         values = {v for k, v in self.kafka.items() if is_scrubbed(k)} | set(self.storage.values())
         return {v for v in values if len(v) >= 4 and v.lower() not in _PLAIN_VALUES and not v.isdigit()}
-
-
-def read_properties(text: str) -> dict[str, str]:
-    """Entries of a Java properties file as ``java.util.Properties.load`` reads them: ``#`` and ``!``
-    comments, ``key=value``, ``key: value`` or ``key value``, a line ending in an odd number of
-    backslashes continued on the next, and the escapes (``\\uXXXX``, ``\\t``, ``\\=`` ...).
-    Kafka's tools read ``--command-config`` that way, and a ``sasl.jaas.config`` often spans lines."""
-    entries: dict[str, str] = {}
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip(_BLANK)
-        if pending is None and (not line or line[0] in "#!"):
-            continue
-        continued = (len(line) - len(line.rstrip("\\"))) % 2 == 1
-        pending = (pending or "") + (line[:-1] if continued else line)
-        if continued:
-            continue
-        key, value = _entry(pending)
-        entries[key] = value
-        pending = None
-    if pending is not None:
-        key, value = _entry(pending)
-        entries[key] = value
-    return entries
-
-
-def _entry(line: str) -> tuple[str, str]:
-    """A logical line as (key, value): the key ends at the first unescaped ``=``, ``:`` or blank."""
-    end = 0
-    while end < len(line) and line[end] not in "=:" + _BLANK:
-        end += 2 if line[end] == "\\" else 1
-    rest = line[end:].lstrip(_BLANK)
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(_BLANK)
-    return unescape_java(line[:end]), unescape_java(rest)
 
 
 def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -> ClientSettings:

@@ -36,7 +36,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_store.delta_table import USER_DATA_RETENTION, Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
+from state_store.table_retention import USER_DATA_RETENTION
 
 __all__ = ["ADDED_COLUMNS", "DEAD_LETTERS_SCHEMA", "DELIVERY_LIMIT_REASON", "DeadLetters"]
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.share_partition import AckType
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["DECISIONS_SCHEMA", "DecisionRow", "Decisions"]
 

@@ -28,11 +28,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.errors import GroupSettingsError, StateStoreError
 from state_store.redaction import redact_location
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["AUTO_OFFSET_RESETS", "MEMBERS_KEPT", "MEMBERS_SCHEMA", "MEMBER_KINDS", "SETTINGS_SCHEMA",
            "SETTING_OPTIONS", "GroupSettings", "GroupStore", "MemberInfo"]

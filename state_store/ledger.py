@@ -27,10 +27,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Piece, Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.errors import FencedError, StateStoreError
 from state_store.format_version import FormatVersion
 from state_store.str_enum import StrEnum
+from state_store.table_cache import Piece, Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["LEDGER_ADDED_COLUMNS", "LEDGER_SCHEMA", "RANGES_ENCODING", "SETTLED", "STATUSES", "UNSETTLED",
            "EpochStatus", "Fence", "Ledger", "LedgerEntry", "LedgerView", "OffsetRange", "entry_row", "epoch_status"]

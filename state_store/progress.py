@@ -22,8 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.format_version import FormatVersion
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["COUNTERS", "PROGRESS_ADDED_COLUMNS", "PROGRESS_FORMAT", "PROGRESS_SCHEMA", "ProgressTable", "RunMember",
            "SourceCounters"]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from state_store.delta_table import Snapshot, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.share_partition import (
     AckType,
     AcquiredRecords,
@@ -27,6 +27,8 @@ from state_store.share_partition import (
     SharePartition,
     StateBatch,
 )
+from state_store.table_cache import Snapshot
+from state_store.table_commit import Write
 
 __all__ = ["SHARE_STATE_SCHEMA", "Acquisition", "ShareStateTable"]
 

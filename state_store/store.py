@@ -18,13 +18,16 @@ import pyarrow as pa
 
 from state_store.dead_letters import DeadLetters
 from state_store.decisions import DECISIONS_SCHEMA, Decisions
-from state_store.delta_table import TABLE_FORMAT, Footprint, Retention, StateTable, file_in_the_way, local_path
+from state_store.delta_table import Footprint, StateTable
 from state_store.errors import StateStoreError
 from state_store.format_version import FormatVersion
 from state_store.ledger import LEDGER_ADDED_COLUMNS, LEDGER_SCHEMA, Ledger
 from state_store.progress import PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT, PROGRESS_SCHEMA, ProgressTable
 from state_store.share_partition import ShareConfig
 from state_store.share_state import SHARE_STATE_SCHEMA, ShareStateTable
+from state_store.table_files import file_in_the_way, local_path
+from state_store.table_open import TABLE_FORMAT
+from state_store.table_retention import Retention
 
 __all__ = ["StateStore"]
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source import admin, cli
-from sharegroup_source.cli import ClientSettings, read_command_config, read_properties
+from sharegroup_source.cli import ClientSettings, read_command_config
 from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka.java_properties import read_properties
 from sharegroup_source.kafka.java_settings import translate_java_settings
 from tests.test_admin import _cli, _group_at
 

@@ -23,12 +23,14 @@ from sharegroup_source.options import SourceOptions
 from state_store import LedgerEntry, OffsetRange, StateStore, StateStoreError
 from state_store.dead_letters import DEAD_LETTERS_SCHEMA
 from state_store.decisions import DECISIONS_SCHEMA
-from state_store.delta_table import FORMAT_PROPERTY, TABLE_FORMAT, USER_DATA_RETENTION, Retention, Write
 from state_store.format_version import FormatVersion
 from state_store.group import MEMBERS_SCHEMA, SETTINGS_SCHEMA, GroupStore
 from state_store.ledger import LEDGER_SCHEMA, RANGES_ENCODING, entry_row
 from state_store.progress import COUNTERS, PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT, PROGRESS_SCHEMA
 from state_store.share_state import SHARE_STATE_SCHEMA
+from state_store.table_commit import Write
+from state_store.table_open import FORMAT_PROPERTY, TABLE_FORMAT
+from state_store.table_retention import USER_DATA_RETENTION, Retention
 
 NEWER_TABLE = ("is format version 99, but this release of sharegroup-source reads {reads}: a newer release wrote it; "
                "upgrade to that release or a later one, or start afresh on a new location")

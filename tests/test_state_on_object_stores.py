@@ -30,9 +30,10 @@ from sharegroup_source.locations import check_location
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
 from sharegroup_source.testing.workers import kill_source_workers
 from state_store import RecordState, StateStore, StateStoreError
-from state_store.delta_table import StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.group import GroupStore
 from state_store.storage_errors import ACCESS_DENIED, NO_SUCH_STORE
+from state_store.table_commit import Write
 from tests.conftest import selected_peers
 from tests.object_stores import azurite, gcs_server, s3_server  # noqa: F401  (session fixtures)
 from tests.scenarios import assert_exactly_once

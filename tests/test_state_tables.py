@@ -27,10 +27,12 @@ from state_store import (
     StateStore,
     StateStoreError,
 )
-from state_store.delta_table import Retention, StateTable, Write
+from state_store.delta_table import StateTable
 from state_store.ledger import LEDGER_SCHEMA
 from state_store.maintenance import BackgroundMaintenance
 from state_store.progress import COUNTERS, PROGRESS_SCHEMA
+from state_store.table_commit import Write
+from state_store.table_retention import Retention
 
 
 def entry(epoch: int, member: str = "run-1", status: str = "ACQUIRED", query: str = "q") -> LedgerEntry:

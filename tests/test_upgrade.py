@@ -35,8 +35,8 @@ from pyspark.sql import functions as F
 
 import sharegroup_source
 from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store.delta_table import FORMAT_PROPERTY
 from state_store.progress import PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT
+from state_store.table_open import FORMAT_PROPERTY
 from tests import delta_worker
 from tests.delta_worker import spawn
 from tests.scenarios import assert_exactly_once

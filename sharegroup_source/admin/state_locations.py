@@ -28,10 +28,10 @@ from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.group_configs import GroupConfig
 from sharegroup_source.kafka.share_protocol import NO_SHARE_GROUP_ADMIN
 from state_store import UNSETTLED, DeadLetters, EpochStatus, LedgerEntry, RecordState, SharePartition, StateStore
-from state_store.delta_table import local_path
 from state_store.errors import StateStoreError
 from state_store.group import SETTING_OPTIONS, GroupStore, MemberInfo
 from state_store.redaction import redact_location
+from state_store.table_files import local_path
 
 __all__ = ["DeltaGroup", "LogOffsets", "QueryLedger", "live_members", "log_offsets", "read_location"]
 

@@ -32,7 +32,7 @@ from datetime import timedelta
 from sharegroup_source.driver.micro_batch import MAINTAIN_EVERY_EPOCHS
 from soak.long.intervals import LANES, MB, ROLES, THREAD_ROLES, Interval, ProcessFigures, SparkPerStart, TableFigures
 from state_store import StateStore
-from state_store.delta_table import ORPHAN_RETENTION_HOURS, USER_DATA_RETENTION
+from state_store.table_retention import ORPHAN_RETENTION_HOURS, USER_DATA_RETENTION
 
 __all__ = ["BATCH_P50", "BATCH_P99", "CAPPED_POOLS", "DEAD_BYTES", "DEAD_BYTES_PER_ROW", "FDS", "LEDGER_KEEP_EPOCHS",
            "MEMORY", "MIN_BATCHES", "ORPHAN_RETENTION", "RETAINED_BY_EPOCH", "STATE_BYTES", "STATE_BYTES_PER_ROW",

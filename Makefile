@@ -11,20 +11,24 @@ JARS := jvm/target/.resolved
 MVN := mvn -q -B -f jvm/pom.xml
 # Node tools the suite starts (Azurite, the Azure Storage emulator), pinned by tools/package-lock.json
 TOOLS := tools/node_modules/.installed
-# The suite's GCS stand-in (sharegroup_source/testing/gcs_server.py): fake-gcs-server, built from the Go module proxy
+# The suite's GCS stand-in (sharegroup-testing/sharegroup_testing/gcs_server.py): fake-gcs-server, built from the Go module proxy
 # into .venv/bin at this version (the stamp's name carries it, so a new version rebuilds)
 FAKE_GCS_VERSION := v1.56.1
 FAKE_GCS := $(VENV)/.fake-gcs-server-$(FAKE_GCS_VERSION)
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 
 # Spark discovers format("sharegroup") by listing top-level pyspark_* modules (pkgutil), which an
-# editable install's import hook does not show: a .pth line puts the checkout itself on sys.path.
-# (setuptools' default editable mode, plus this line; its editable_mode=compat is announced to go.)
+# editable install's import hook does not show: a .pth line puts the checkout itself on sys.path, and a second one
+# sharegroup-testing/ (setuptools' default editable mode, plus these lines; its editable_mode=compat is announced
+# to go). The second distribution, sharegroup-testing (the local brokers and test servers, kept out of the
+# connector's wheel), goes in beside it without its dependencies: the extra of $(2) holds the ones each venv needs.
 DEV_PTH := sharegroup-source-checkout.pth
+TESTING := sharegroup-testing
 define dev_install
-	$(1)/python -c "import sysconfig; open(sysconfig.get_paths()['purelib'] + '/$(DEV_PTH)', 'w').write('$(CURDIR)\n')"
+	$(1)/python -c "import sysconfig; open(sysconfig.get_paths()['purelib'] + '/$(DEV_PTH)', 'w').write('$(CURDIR)\n$(CURDIR)/$(TESTING)\n')"
 	$(1)/pip install --quiet --upgrade pip
 	$(1)/pip install --quiet -e '.[$(2)]' $(3)
+	$(1)/pip install --quiet --no-deps -e ./$(TESTING)
 endef
 
 # The compatibility slice: every other supported Spark minor, each in its own venv under .venv/compat, with the
@@ -49,7 +53,7 @@ CHROMIUM := /usr/bin/chromium
 
 .PHONY: demo demo-kafka test suite compat-lane compat check lint wheel bench soak soak-long broker kafka jars tools gcs chromium clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py $(TESTING)/setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
 	@command -v java >/dev/null || { echo "java not found: Spark needs Java 17"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,7 +61,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 # one venv per Spark version: `basename` of 4.0.5 is 4.0, the minor that picks the Python
-$(COMPAT)/spark-%/.installed: setup.py
+$(COMPAT)/spark-%/.installed: setup.py $(TESTING)/setup.py
 	@py=$$(python$(COMPAT_PYTHON_$(basename $*)) -V >/dev/null 2>&1 \
 		&& echo python$(COMPAT_PYTHON_$(basename $*)) || ls $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(COMPAT_PYTHON_$(basename $*)).*/bin/python$(COMPAT_PYTHON_$(basename $*)) 2>/dev/null | tail -1); \
 		test -n "$$py" || { echo "python$(COMPAT_PYTHON_$(basename $*)) not found: the Spark $* slice runs on it"; exit 1; }; \
@@ -82,8 +86,8 @@ compat-%: $(STAMP) $(JARS) $(COMPAT)/spark-%/.installed
 # the wheel the deployment page's Databricks and spark-submit recipes install (docs/deployment.md): dist/sharegroup_source-<version>-py3-none-any.whl
 wheel: $(STAMP)
 	rm -rf build/lib
-	$(BIN)/pip wheel --quiet --no-deps -w dist .
-	@ls dist/sharegroup_source-*.whl
+	$(BIN)/pip wheel --quiet --no-deps -w dist . ./$(TESTING)
+	@ls dist/sharegroup_source-*.whl dist/sharegroup_testing-*.whl
 
 $(JARS): jvm/pom.xml
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3.8+ (it resolves the JVM jars in jvm/pom.xml)"; exit 1; }
@@ -178,4 +182,4 @@ kafka: $(STAMP) $(JARS)
 	$(BIN)/sharegroup kafka --topic orders:4
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache jvm/target tools/node_modules
+	rm -rf $(VENV) build *.egg-info $(TESTING)/build $(TESTING)/*.egg-info .pytest_cache jvm/target tools/node_modules

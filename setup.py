@@ -19,7 +19,7 @@ setup(
     ],
     packages=find_packages(include=["sharegroup_source", "sharegroup_source.*", "state_store", "state_store.*"]),
     py_modules=["pyspark_sharegroup"],
-    # Spark's quiet logging for the local sessions of sharegroup_source.testing (and conf/spark-defaults.conf)
+    # Spark's quiet logging for the local sessions of sharegroup_testing (and conf/spark-defaults.conf)
     # and Kafka's message definitions of the share-group admin APIs kafka-python does not ship; py.typed (PEP 561):
     # both packages are typed, so a type checker reads their annotations
     package_data={"sharegroup_source": ["py.typed", "conf/log4j2.properties", "kafka/messages/*.json"],
@@ -58,9 +58,10 @@ setup(
             "ipykernel>=6.29,<8",
             "matplotlib>=3.8,<4",
             "psutil>=5.9,<8",
-            # S3 for the state store's tests: moto's server is the field's standard S3 stand-in (testing/s3_server.py)
+            # the needs of sharegroup-testing (sharegroup-testing/setup.py), installed beside it without its own:
+            # S3 for the state store's tests, moto's server being the field's standard S3 stand-in (s3_server.py)
             "moto[server]>=5.2,<6",
-            # Azure's own client, to create Azurite's containers (delta-rs does not create them; testing/azurite.py)
+            # Azure's own client, to create Azurite's containers (delta-rs does not create them; azurite.py)
             "azure-storage-blob>=12.19,<13",
             # tests/test_install.py builds the wheel offline (--no-build-isolation): setuptools < 70.1 needs it
             "wheel>=0.40",

@@ -125,9 +125,9 @@ from bench.spark_noop import source_into_noop
 from bench.state_store_bench import ledger_latency
 from bench.story import PLAIN_POLL_RECORDS_PER_PARTITION, measure_story
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.jars import jar_dir
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.spark import local_spark
+from sharegroup_testing.jars import jar_dir
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.spark import local_spark
 
 
 def _jar_version(profile: str, artifact: str) -> str | None:

@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from sharegroup_source.admin import describe_groups
-from sharegroup_source.testing.kafka_peers import PEERS, KafkaUnderTest, kafka_session
+from sharegroup_testing.kafka_peers import PEERS, KafkaUnderTest, kafka_session
 from state_store import AckType, SharePartition
 from state_store.delta_table import StateTable
 from state_store.group import GroupStore

@@ -38,8 +38,8 @@ import psutil
 
 from sharegroup_source.admin import describe_groups, reset_offsets
 from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
-from sharegroup_source.testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, free_port, kafka_java
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, kafka_session
+from sharegroup_testing.apache_kafka import KAFKA_TOOLS, ApacheKafka, free_port, kafka_java
+from sharegroup_testing.kafka_peers import KafkaUnderTest, kafka_session
 
 __all__ = ["GROUP_COUNTS", "run"]
 

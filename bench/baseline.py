@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import ShareConsumer
 
 from bench.measure import Throughput
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["plain_share_consumer"]
 

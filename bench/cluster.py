@@ -10,7 +10,7 @@ Each measurement then reads the same topic through a fresh share group (earliest
 
 from __future__ import annotations
 
-from sharegroup_source.testing.kafka_peers import BOOTSTRAP_ENV, PEERS, KafkaUnderTest, kafka_session
+from sharegroup_testing.kafka_peers import BOOTSTRAP_ENV, PEERS, KafkaUnderTest, kafka_session
 
 __all__ = ["BOOTSTRAP_ENV", "PEERS", "bench_kafka", "produce_dataset", "record_value"]
 

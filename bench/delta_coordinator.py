@@ -50,7 +50,7 @@ from sharegroup_source.executor.partition_reader import read_partition
 from sharegroup_source.kafka.settings import replay_consumer_config
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import records_to_arrow
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["DELTA_CONSUMERS", "delta_details", "delta_into_noop", "delta_rounds", "measure_delta"]
 

@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from bench.baseline import plain_share_consumer
 from bench.cluster import record_value
 from bench.spark_noop import sharegroup_frame
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 __all__ = ["measure_latency"]
 

@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 from bench.baseline import plain_share_consumer
 from bench.cluster import produce_dataset
 from bench.spark_noop import source_into_noop
-from sharegroup_source.testing.apache_kafka import set_group_configs
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.apache_kafka import set_group_configs
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["DEFAULT_RECORD_LOCK_LIMIT", "measure_lock_limits"]
 

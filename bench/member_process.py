@@ -191,7 +191,7 @@ def main(role: str) -> None:
     """Serve the parent's commands on stdin until it hangs up; see the module's docstring."""
     spark = None
     if role == "query":
-        from sharegroup_source.testing.spark import local_spark
+        from sharegroup_testing.spark import local_spark
 
         spark = local_spark()
     else:  # what a member imports, before the parent counts this process ready

@@ -79,7 +79,7 @@ from bench.cluster import record_value
 from bench.measure import Throughput, median_run
 from bench.member_process import REPORT_PREFIX
 from sharegroup_source.admin import GroupDescription, describe_groups
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["MEMBER_SERIES", "MemberSizes", "measure_members"]
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from bench.measure import Throughput
-from sharegroup_source.testing.apache_kafka import ApacheKafka
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.apache_kafka import ApacheKafka
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["kafka_perf_tool"]
 

@@ -3,7 +3,7 @@
 ``format("sharegroup")`` into Spark's noop sink on Apache Kafka at 16 partitions, ``coordinator=broker``
 (the default) and ``coordinator=delta`` (with ``groupLocation``), each with its Delta state
 (``stateLocation``, and for delta ``groupLocation``) on local disk and on S3: moto's S3 server on
-loopback in a child process (``sharegroup_source.testing.s3_server.S3Server``: S3's protocol, SigV4,
+loopback in a child process (``sharegroup_testing.s3_server.S3Server``: S3's protocol, SigV4,
 conditional PUTs made atomic; no network latency, no throttling), reached with the ``stateStorage.<key>``
 options of its ``storage_options()``. Every run reads the same topic through a fresh share group (or Delta
 group), checkpoint and state location (on S3 a bucket of its own), in batches of ``maxRecordsPerTrigger``
@@ -44,9 +44,9 @@ from pyspark.sql import SparkSession
 from bench.cluster import produce_dataset
 from bench.rounds import measure_rounds
 from bench.spark_noop import _at, _into_noop, _steady, sharegroup_frame
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.s3_server import S3Server, S3ServerError
-from sharegroup_source.testing.workers import source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.s3_server import S3Server, S3ServerError
+from sharegroup_testing.workers import source_workers
 
 __all__ = ["COORDINATORS", "STORES", "StoreSizes", "measure_state_stores"]
 
@@ -127,7 +127,7 @@ def measure_state_stores(kafka: KafkaUnderTest, spark: SparkSession, sizes: Stor
     figures["store_run"] = {
         "kind": kafka.describe(), "partitions": sizes.partitions, "records": sizes.records, "value_bytes": 64,
         "trigger": sizes.trigger, "rounds": sizes.rounds,
-        "s3": "moto's S3 server on loopback (sharegroup_source.testing.s3_server), a bucket per run",
+        "s3": "moto's S3 server on loopback (sharegroup_testing.s3_server), a bucket per run",
         "options": {coordinator: _options(coordinator, sizes, "<stateLocation>", "<groupLocation>", {})
                     for coordinator in COORDINATORS},
         "s3_options": "stateStorage.<key> for each key of S3Server.storage_options()",

@@ -22,8 +22,8 @@ import psutil
 from pyspark.sql import DataFrame, SparkSession
 
 from bench.measure import Throughput
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.workers import source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.workers import source_workers
 
 __all__ = ["kafka_into_noop", "sharegroup_frame", "source_into_noop"]
 

@@ -50,7 +50,7 @@ from bench.rounds import measure_rounds
 from bench.sizes import StorySizes
 from bench.spark_limit import limit_figures, spark_batch_cost
 from bench.spark_noop import kafka_into_noop, source_into_noop
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 __all__ = ["CHECKS", "STORY_CONSUMERS", "measure_story", "tuned_options"]
 

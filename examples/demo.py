@@ -38,10 +38,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.sinks import DeltaBatchWriter
-from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
-from sharegroup_source.testing.embedded_broker import EmbeddedBroker
-from sharegroup_source.testing.secured_kafka import SecuredKafka
-from sharegroup_source.testing.spark import QUIET_LOG4J2
+from sharegroup_testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
+from sharegroup_testing.embedded_broker import EmbeddedBroker
+from sharegroup_testing.secured_kafka import SecuredKafka
+from sharegroup_testing.spark import QUIET_LOG4J2
 from state_store import StateStore
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "orders-workers"

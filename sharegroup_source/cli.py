@@ -1,10 +1,4 @@
-"""sharegroup command line: run a local share-group broker in the foreground, or operate share groups.
-
-    sharegroup broker --topic orders:4 --lock-ms 30000     # the embedded broker (no JVM)
-    sharegroup kafka --topic orders:4                       # Apache Kafka's own broker (make jars)
-    sharegroup kafka --secured --allow app:TOPIC:orders:READ  # ... on SASL_SSL with ACLs: prints how to connect
-
-Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
+"""sharegroup command line: operate share groups.
 
     sharegroup describe --all-groups --bootstrap-servers B [--json]
     sharegroup describe [LOCATION ...] [--group G ...] [--bootstrap-servers B] [--json]
@@ -26,6 +20,9 @@ Each takes --command-config FILE, Kafka client settings as Kafka's own tools tak
 properties file: security.protocol, sasl.jaas.config, ssl.truststore.location of a PEM file...,
 translated to librdkafka's names), where stateStorage.KEY lines and --storage-option KEY=VALUE
 give the state store's options for locations on object stores. Secrets are never printed.
+
+``sharegroup broker`` and ``sharegroup kafka`` (a local broker in the foreground, for trying the connector) come
+with sharegroup-testing, this project's second distribution, through the ``sharegroup.commands`` entry points.
 """
 
 from __future__ import annotations
@@ -34,18 +31,17 @@ import argparse
 import contextlib
 import inspect
 import json
-import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TextIO
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka.java_properties import read_properties
 from sharegroup_source.kafka.java_settings import translate_java_settings
-from sharegroup_source.redaction import REDACTED, is_scrubbed
+from sharegroup_source.redaction import ScrubbedStream, is_scrubbed
 
 __all__ = ["ClientSettings", "main", "plain_text", "read_command_config"]
 
@@ -56,84 +52,25 @@ def plain_text(doc: str | None) -> str:
     return inspect.cleandoc(doc or "").replace("``", "").replace("\\\\", "\\")
 
 
-def _topic_spec(spec: str) -> tuple[str, int]:
-    name, _, count = spec.partition(":")
-    try:
-        partitions = int(count) if count else 1
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--topic {spec!r}: partition count must be an integer") from None
-    if not name:
-        raise argparse.ArgumentTypeError(f"--topic {spec!r}: topic name is empty")
-    if partitions < 1:
-        raise argparse.ArgumentTypeError(f"--topic {spec!r}: partition count must be at least 1")
-    return name, partitions
+#: Where another distribution adds commands to ``sharegroup``: each entry point is a callable given the subcommands
+#: (argparse's ``add_subparsers`` action) that adds its own, each with a ``run`` default called with the parsed
+#: arguments. sharegroup-testing adds ``broker`` and ``kafka`` (the local brokers), which the connector does not ship.
+COMMANDS_GROUP = "sharegroup.commands"
+#: Commands another distribution of this project has: what to install, said when one is asked for without it.
+_ELSEWHERE = {"broker": "sharegroup-testing", "kafka": "sharegroup-testing"}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sharegroup", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    broker = commands.add_parser("broker", help="run the embedded share-group broker",
-                                 description="Run the embedded share-group broker (librdkafka's mock cluster, "
-                                             "no JVM) until Ctrl-C or SIGTERM.")
-    broker.add_argument("--topic", action="append", type=_topic_spec, default=[], metavar="NAME[:PARTITIONS]",
-                        help="create a topic (repeatable)")
-    broker.add_argument("--brokers", type=int, default=1, help="broker nodes (default 1)")
-    broker.add_argument("--lock-ms", type=int, default=None, help="acquisition lock duration in ms")
-    broker.add_argument("--delivery-limit", type=int, default=None, help="delivery attempts before archiving")
-    broker.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
-    broker.add_argument("--port", type=int, default=None,
-                        help="also accept bootstrap connections on this loopback port")
-    kafka = commands.add_parser("kafka", help="run Apache Kafka's own broker (single-node KRaft, share groups on)",
-                                description="Run Apache Kafka's own broker (single-node KRaft, share groups on) "
-                                            "from the jars of make jars, until Ctrl-C or SIGTERM.")
-    kafka.add_argument("--topic", action="append", type=_topic_spec, default=[], metavar="NAME[:PARTITIONS]",
-                       help="create a topic (repeatable)")
-    kafka.add_argument("--group", action="append", default=[], metavar="GROUP",
-                       help="set share.auto.offset.reset=earliest for this share group (repeatable)")
-    _add_secured_options(kafka)
     _add_admin_commands(commands)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(commands)
     return parser
 
 
-# -- sharegroup kafka --secured: SASL_SSL, TLS and ACLs, as production runs Kafka -------------------------------------
-_NAME = re.compile(r"[A-Za-z0-9._-]+")
-#: What Kafka's JAAS line and SCRAM's [name=...,password=...] take unquoted.
-_PASSWORD = re.compile(r"[^\s\"\\,=\[\]]+")
-
-
-def _add_secured_options(kafka: argparse.ArgumentParser) -> None:
-    kafka.add_argument("--secured", action="store_true",
-                       help="a SASL_SSL listener (SCRAM-SHA-512 and PLAIN users), TLS from a CA made at start, and "
-                            "ACLs (no ACL: no access); prints the CA file, the users and the admin address")
-    kafka.add_argument("--user", action="append", type=_user_spec, default=[], metavar="NAME[=PASSWORD]",
-                       help="with --secured: a user (repeatable; default one user, app); a password not given is "
-                            "generated and printed, a given one is never printed")
-    kafka.add_argument("--allow", action="append", type=_grant_spec, default=[], metavar="USER:RESOURCE:NAME:OP[,OP]",
-                       help="with --secured: grant an ACL at start, e.g. app:TOPIC:orders:READ,WRITE or "
-                            "app:GROUP:orders-workers:READ (repeatable)")
-
-
-def _user_spec(spec: str) -> tuple[str, str | None]:
-    """NAME or NAME=PASSWORD; errors name the user, never the password."""
-    name, has_password, password = spec.partition("=")
-    if not _NAME.fullmatch(name):
-        raise argparse.ArgumentTypeError(f"--user {name or '(empty)'}: a user name is letters, digits, '.', '_', '-'")
-    if has_password and not _PASSWORD.fullmatch(password):
-        raise argparse.ArgumentTypeError(f"--user {name}={REDACTED}: a password is not empty and has no spaces, "
-                                         "quotes, backslashes, commas, '=' or brackets")
-    return name, password if has_password else None
-
-
-def _grant_spec(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
-    user, resource, name, operations = ([*spec.split(":", 3), "", "", ""])[:4]
-    if not (user and resource and name and operations):
-        raise argparse.ArgumentTypeError(f"--allow {spec!r}: give USER:RESOURCE:NAME:OP[,OP], "
-                                         "e.g. app:TOPIC:orders:READ")
-    return user, resource.upper(), name, tuple(op.strip().upper() for op in operations.split(","))
-
-
-#: The commands that operate share groups (sharegroup_source.admin); the others serve a broker.
+#: The commands that operate share groups (sharegroup_source.admin).
 ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete", "configure")
 _LOCATION_HELP = "a groupLocation (coordinator=delta) or a query's stateLocation (coordinator=broker)"
 _SERVERS_HELP = "the Kafka cluster the group reads (log offsets, lag and broker groups are looked up there)"
@@ -267,26 +204,6 @@ def read_command_config(path: str | None, storage_options: Sequence[str] = ()) -
     return ClientSettings(translate_java_settings(kafka, f"--command-config {path}") if kafka else {}, storage)
 
 
-class _Scrubbed:
-    """A text stream that writes everything but the secrets: the last guard of 'never printed', whatever
-    message (a store's, a client's) carries a credential."""
-
-    def __init__(self, target: TextIO, secrets: set[str]):
-        self._target = target
-        self._secrets = sorted(secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
-
-    def write(self, text: str) -> int:
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return self._target.write(text)
-
-    def flush(self) -> None:
-        self._target.flush()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._target, name)
-
-
 def _admin(args: argparse.Namespace) -> int:
     """Run an admin command: 0 when it did all it was asked, 1 otherwise (the reasons on stderr)."""
     # Delta and Kafka clients, loaded only by the commands that use them
@@ -301,7 +218,7 @@ def _admin(args: argparse.Namespace) -> int:
         print(f"sharegroup: error: {error}", file=sys.stderr)
         return 1
     secrets = args.settings.secrets()
-    out, err = _Scrubbed(sys.stdout, secrets), _Scrubbed(sys.stderr, secrets)
+    out, err = ScrubbedStream(sys.stdout, secrets), ScrubbedStream(sys.stderr, secrets)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             return handlers[args.command](args)
@@ -396,54 +313,18 @@ def _by_key(pairs: Sequence[str]) -> dict[str, str]:
     return settings
 
 
-def _serve(args: argparse.Namespace) -> int:
-    # test tooling, loaded only by the commands that serve a broker
-    from sharegroup_source.testing.serve import SERVE_ERRORS, serve_embedded_broker
-
-    try:
-        if args.command == "kafka":
-            return _serve_kafka(args)
-        return serve_embedded_broker(args.topic, brokers=args.brokers, auto_offset_reset=args.auto_offset_reset,
-                                     lock_duration_ms=args.lock_ms, delivery_attempt_limit=args.delivery_limit,
-                                     port=args.port)
-    except SERVE_ERRORS as error:
-        print(f"sharegroup: error: {error}", file=sys.stderr)
-        return 2
-
-
-def _serve_kafka(args: argparse.Namespace) -> int:
-    """Apache Kafka's broker, secured or not. A password given with --user is scrubbed from what the command
-    prints, whichever error (one quoting Kafka's or openssl's output) would carry it; the JVM's own output goes
-    to its log file, as without --secured."""
-    from sharegroup_source.testing.serve import (
-        SERVE_ERRORS,
-        Grant,
-        ServeError,
-        serve_apache_kafka,
-        serve_secured_kafka,
-    )
-
-    if not args.secured:
-        if args.user or args.allow:
-            raise ServeError("--user and --allow need --secured")
-        return serve_apache_kafka(args.topic, args.group)
-    users = dict(args.user)
-    if len(users) < len(args.user):
-        raise ServeError("--user: a user is named twice")
-    given = {password for password in users.values() if password}
-    grants = [Grant(user, resource, name, operations) for user, resource, name, operations in args.allow]
-    with contextlib.redirect_stdout(_Scrubbed(sys.stdout, given)), contextlib.redirect_stderr(_Scrubbed(sys.stderr,
-                                                                                                           given)):
-        try:
-            return serve_secured_kafka(args.topic, args.group, users, grants)
-        except SERVE_ERRORS as error:  # printed here, while the scrubbing stream is in place
-            print(f"sharegroup: error: {error}", file=sys.stderr)
-            return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    return _admin(args) if args.command in ADMIN_COMMANDS else _serve(args)
+    given = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    if given and given[0] in _ELSEWHERE and given[0] not in commands.choices:
+        print(f"sharegroup: error: 'sharegroup {given[0]}' (a local broker for trying the connector) comes with "
+              f"{_ELSEWHERE[given[0]]}, installed by make demo and make test; in a checkout: "
+              f"pip install ./{_ELSEWHERE[given[0]]}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(given)
+    run: Callable[[argparse.Namespace], int] = getattr(args, "run", _admin)
+    return run(args)
 
 
 if __name__ == "__main__":

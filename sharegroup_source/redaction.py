@@ -9,11 +9,11 @@ URIs carry credentials too (``user:password@host``, pre-signed query strings).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 from state_store.redaction import REDACTED, redact_location
 
-__all__ = ["NAMED_BY_ERRORS", "REDACTED", "is_scrubbed", "is_secret", "redact", "redact_location"]
+__all__ = ["NAMED_BY_ERRORS", "REDACTED", "ScrubbedStream", "is_scrubbed", "is_secret", "redact", "redact_location"]
 
 _SECRET_MARKERS = ("password", "secret", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem",
                    "ssl.keystore", "ssl.key", "token", "credential", "api.key")
@@ -51,3 +51,23 @@ def _shown(key: str, value: Any) -> Any:
     if key.lower() in _LOCATION_KEYS and isinstance(value, str):
         return redact_location(value)
     return value
+
+
+class ScrubbedStream:
+    """A text stream that writes everything but the secrets: the last guard of 'never printed', whatever
+    message (a store's, a client's) carries a credential."""
+
+    def __init__(self, target: TextIO, secrets: set[str]):
+        self._target = target
+        self._secrets = sorted(secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
+
+    def write(self, text: str) -> int:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return self._target.write(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._target, name)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from sharegroup_source.testing.embedded_broker import EmbeddedBroker
-from sharegroup_source.testing.kafka_cluster import KafkaCluster
-from sharegroup_source.testing.kafka_peers import BOOTSTRAP_ENV, KafkaUnderTest
-from sharegroup_source.testing.spark import local_spark
+from sharegroup_testing.embedded_broker import EmbeddedBroker
+from sharegroup_testing.kafka_cluster import KafkaCluster
+from sharegroup_testing.kafka_peers import BOOTSTRAP_ENV, KafkaUnderTest
+from sharegroup_testing.spark import local_spark
 
 __all__ = ["KAFKA_KINDS", "add_session_arguments", "soak_session"]
 

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from sharegroup_source.testing.embedded_broker import EmbeddedBroker
-from sharegroup_source.testing.kafka_cluster import KafkaCluster
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.workers import kill_source_workers
+from sharegroup_testing.embedded_broker import EmbeddedBroker
+from sharegroup_testing.kafka_cluster import KafkaCluster
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.workers import kill_source_workers
 from soak.member import IndependentMember
 from soak.producer import NumberedProducer
 from soak.query import SoakQuery

@@ -21,7 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from sharegroup_source.kafka.group_configs import GROUP_CONFIG_PREFIX
-from sharegroup_source.testing.kafka_peers import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
+from sharegroup_testing.kafka_peers import EMBEDDED_SESSION_TIMEOUT_MS, KafkaUnderTest
 from soak.faults import ARM_TIMEOUT_S, SoakContext, SoakHooks, applicable, schedule
 from soak.producer import NumberedProducer
 from soak.query import SoakQuery

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from sharegroup_source.executor.consumer_pool import consumer_pool
-from sharegroup_source.testing.apache_kafka import PERFORMANCE_OPTS_ENV
-from sharegroup_source.testing.embedded_broker import API_KEYS
-from sharegroup_source.testing.kafka_peers import (
+from sharegroup_testing.apache_kafka import PERFORMANCE_OPTS_ENV
+from sharegroup_testing.embedded_broker import API_KEYS
+from sharegroup_testing.kafka_peers import (
     BOOTSTRAP_ENV,
     EMBEDDED_SESSION_TIMEOUT_MS,
     PEERS,
@@ -106,8 +106,8 @@ def kafka_cluster() -> Iterator[KafkaUnderTest]:
 def previous_kafka() -> Iterator[KafkaUnderTest]:
     """The previous Apache Kafka release jvm/pom.xml names (jvm/target/kafka-<version>), started once per session
     beside the default one, for behaviour that differs between the two (group configs Kafka 4.4 added)."""
-    from sharegroup_source.testing.apache_kafka import ApacheKafka
-    from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
+    from sharegroup_testing.apache_kafka import ApacheKafka
+    from sharegroup_testing.jars import KAFKA_VERSION_ENV, kafka_version
 
     version = PREVIOUS_KAFKA
     with pytest.MonkeyPatch.context() as env:
@@ -125,7 +125,7 @@ def previous_kafka() -> Iterator[KafkaUnderTest]:
 @pytest.fixture(scope="session")
 def secured_kafka():
     """Apache Kafka with a SASL_SSL listener and ACLs (tests marked ``secured``): users alice and bob."""
-    from sharegroup_source.testing.secured_kafka import SecuredKafka
+    from sharegroup_testing.secured_kafka import SecuredKafka
 
     with SecuredKafka(users={"alice": "alice-Secret-1", "bob": "bob-Secret-2"}) as secured:
         yield secured
@@ -163,7 +163,7 @@ def _faults_end_with_the_test(request):
 
 @pytest.fixture(scope="session")
 def spark():
-    from sharegroup_source.testing.spark import local_spark
+    from sharegroup_testing.spark import local_spark
 
     session = local_spark()
     try:

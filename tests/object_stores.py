@@ -13,16 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from sharegroup_source.testing.azurite import Azurite
-from sharegroup_source.testing.gcs_server import GcsServer
-from sharegroup_source.testing.s3_server import S3Server
+from sharegroup_testing.azurite import Azurite
+from sharegroup_testing.gcs_server import GcsServer
+from sharegroup_testing.s3_server import S3Server
 
 __all__ = ["azurite", "gcs_server", "s3_server"]
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """moto's S3 in a child process, writes serialised (sharegroup_source.testing.s3_server): about 2 s to start."""
+    """moto's S3 in a child process, writes serialised (sharegroup_testing.s3_server): about 2 s to start."""
     with S3Server() as server:
         yield server
 
@@ -36,6 +36,6 @@ def azurite() -> Iterator[Azurite]:
 
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[GcsServer]:
-    """fake-gcs-server behind its XML API front (sharegroup_source.testing.gcs_server; ``make gcs`` builds it)."""
+    """fake-gcs-server behind its XML API front (sharegroup_testing.gcs_server; ``make gcs`` builds it)."""
     with GcsServer() as server:
         yield server

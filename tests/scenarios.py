@@ -23,7 +23,7 @@ import sharegroup_source
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
 from tests.streams import StreamSetup
 

@@ -35,8 +35,8 @@ import psutil
 import pyspark
 import pytest
 
-from sharegroup_source.testing.apache_kafka import free_port, orphan_guard
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.apache_kafka import free_port, orphan_guard
+from sharegroup_testing.kafka_peers import wait_for
 from tests.spark_cluster_query import MARK
 
 __all__ = ["ClusterDriver", "DriverQuery", "Executor", "ExecutorTasks", "SparkCluster", "cluster_driver",

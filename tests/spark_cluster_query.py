@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from sharegroup_source.testing.spark import QUIET_LOG4J2
+from sharegroup_testing.spark import QUIET_LOG4J2
 
 #: What starts each of this script's lines on stdout, so the test tells them from anything else printed there.
 MARK = "spark-cluster-query "

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import UNSETTLED, StateStore
 
 

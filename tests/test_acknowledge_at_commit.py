@@ -12,7 +12,7 @@ import collections
 
 import pytest
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

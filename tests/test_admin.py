@@ -35,7 +35,7 @@ from sharegroup_source.admin import (
 )
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import GroupNotEmptyError
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import AckType, SharePartition
 from state_store.group import GroupStore
 from tests.streams import StreamSetup

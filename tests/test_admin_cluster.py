@@ -28,8 +28,8 @@ from confluent_kafka.admin import NewTopic
 from sharegroup_source import cli
 from sharegroup_source.admin import GroupDescription, describe_groups, reset_offsets
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, NO_SHARE_GROUP_ADMIN
-from sharegroup_source.testing.kafka_cluster import CLUSTER_SETTINGS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, KafkaCluster
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_cluster import CLUSTER_SETTINGS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, KafkaCluster
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 

@@ -12,14 +12,14 @@ import textwrap
 import psutil
 import pytest
 
-from sharegroup_source.testing.apache_kafka import EPHEMERAL_PORTS, FIRST_CHOSEN_PORT, ApacheKafka, free_port
-from sharegroup_source.testing.jars import JarsMissing, jar_dir
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.apache_kafka import EPHEMERAL_PORTS, FIRST_CHOSEN_PORT, ApacheKafka, free_port
+from sharegroup_testing.jars import JarsMissing, jar_dir
+from sharegroup_testing.kafka_peers import wait_for
 
 #: A process that starts a broker, says so, then waits to be killed.
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from sharegroup_source.testing.apache_kafka import ApacheKafka
+    from sharegroup_testing.apache_kafka import ApacheKafka
     kafka = ApacheKafka().start()
     print(kafka.bootstrap_servers, kafka.log_path, flush=True)
     time.sleep(600)

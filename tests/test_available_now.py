@@ -14,7 +14,7 @@ import time
 import pytest
 
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

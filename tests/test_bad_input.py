@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, SourceOptions
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

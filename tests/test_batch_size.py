@@ -22,7 +22,7 @@ from sharegroup_source.executor.partition_reader import read_partition
 from sharegroup_source.kafka.settings import MAX_RECORD_LOCKS
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import arrow_schema
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus, LedgerEntry, OffsetRange
 
 #: the poll size of every default batch before the windows sized it

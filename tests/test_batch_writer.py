@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
 from sharegroup_source.sinks import DeltaBatchWriter
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
 

@@ -11,9 +11,9 @@ import pytest
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.metadata import partition_counts
-from sharegroup_source.testing.apache_kafka import free_port
-from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.apache_kafka import free_port
+from sharegroup_testing.embedded_broker import BrokerError, EmbeddedBroker
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 pytestmark = pytest.mark.embedded  # the peers themselves: both run every test here
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from sharegroup_source.admin import describe_groups
-from sharegroup_source.testing.kafka_cluster import KafkaCluster
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_cluster import KafkaCluster
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from soak.faults import applicable
 from soak.producer import NumberedProducer
 from soak.query import SoakQuery

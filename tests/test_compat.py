@@ -18,7 +18,7 @@ import pyspark
 import pytest
 
 from sharegroup_source.driver.stream_reader import ADMISSION_CONTROL
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.scenarios import (
     assert_exactly_once,
     invalid_json_rejected_into_dead_letters,

@@ -23,7 +23,7 @@ from sharegroup_source.executor import consumer_pool
 from sharegroup_source.executor.consumer_pool import ConsumerPool
 from sharegroup_source.executor.offset_reader import OffsetRangeReader
 from sharegroup_source.kafka.settings import consumer_config, replay_consumer_config
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 
 class _Opened:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from sharegroup_source.testing.workers import kill_source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.workers import kill_source_workers
 from tests.streams import StreamSetup, worker_holding_an_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.timing]

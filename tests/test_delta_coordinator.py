@@ -20,8 +20,8 @@ import sharegroup_source
 from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.errors import OptionError
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.apache_kafka import ApacheKafka
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.apache_kafka import ApacheKafka
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import RecordState, StateStore, StateStoreError
 from state_store.errors import GroupSettingsError
 from state_store.group import GroupStore

@@ -22,7 +22,7 @@ from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, 
 from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.coordinators.delta.member import GroupMember
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import DeadLetters, GroupSettingsError, RecordState
 from state_store.group import GroupStore
 from tests.delta_worker import spawn

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

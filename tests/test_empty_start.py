@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
 RECORDS = 20

@@ -56,7 +56,7 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
 
 
 LOG_THROUGH_SPARKS_LOGGERS = """
-from sharegroup_source.testing.spark import local_spark
+from sharegroup_testing.spark import local_spark
 spark = local_spark()
 jvm = spark.sparkContext._jvm
 executor = jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.executor.Executor")

@@ -19,7 +19,7 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import StateMismatchError
 from sharegroup_source.executor.partition_reader import read_partition
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import FencedError, RecordState, StateStore
 from state_store.group import GroupStore
 from tests.scenarios import refused_second_run

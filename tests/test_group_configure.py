@@ -16,10 +16,10 @@ import pytest
 
 from sharegroup_source.admin import ConfigPlan, GroupDescription, configure_group, describe_groups, reset_offsets
 from sharegroup_source.kafka.group_configs import SHARE_GROUP_CONFIGS, ConfigChange, GroupConfig, describe_group_configs
-from sharegroup_source.testing.apache_kafka import create_topic
-from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.secured_kafka import SecuredKafka
+from sharegroup_testing.apache_kafka import create_topic
+from sharegroup_testing.jars import KAFKA_VERSION_ENV, kafka_version
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.secured_kafka import SecuredKafka
 from state_store.group import GroupSettings, GroupStore
 from tests.test_admin import _cli
 from tests.test_secured_admin import _properties

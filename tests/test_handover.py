@@ -17,7 +17,7 @@ import pytest
 
 from sharegroup_source.coordinators.broker.handover import await_previous_member
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from state_store import StateStore
 from state_store.progress import COUNTERS
 from tests.scenarios import refused_second_run

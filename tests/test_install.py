@@ -163,3 +163,91 @@ def test_the_wheel_marks_both_packages_typed(wheel: Path) -> None:
     """PEP 561: a type checker reads an installed package's annotations only where its py.typed is."""
     with zipfile.ZipFile(wheel) as built:
         assert {"sharegroup_source/py.typed", "state_store/py.typed"} <= set(built.namelist())
+
+
+#: Run in a venv that sees only the wheel's install requirements and pyspark: imports every module the wheel ships.
+IMPORT_EVERY_MODULE = textwrap.dedent("""
+    import importlib, sys
+    failed = []
+    for name in sys.argv[1:]:
+        try:
+            importlib.import_module(name)
+        except Exception as error:
+            failed.append(f"{name}: {type(error).__name__}: {error}")
+    print("\\n".join(failed) or "every module imported", flush=True)
+""")
+
+
+def _requirement_closure(roots: list[str]) -> set[str]:
+    """The installed distributions ``roots`` (requirement strings) need, with what those need, extras left out."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    needed: set[str] = set()
+    pending = list(roots)
+    while pending:
+        requirement = Requirement(pending.pop())
+        name = canonicalize_name(requirement.name)
+        if name in needed or (requirement.marker is not None and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        try:
+            found = distribution(name)
+        except PackageNotFoundError:  # an optional one this venv lacks: not there for the import either
+            continue
+        needed.add(name)
+        pending.extend(found.requires or [])
+    return needed
+
+
+def _only(distributions: set[str], into: Path) -> Path:
+    """A folder of links to the top-level files and folders of ``distributions`` in this venv: a sys.path entry with
+    those and nothing else."""
+    from importlib.metadata import distribution
+
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    into.mkdir()
+    for name in distributions:
+        for top in {Path(str(f)).parts[0] for f in distribution(name).files or [] if not str(f).startswith("..")}:
+            if (purelib / top).exists() and not (into / top).exists():
+                (into / top).symlink_to(purelib / top)
+    return into
+
+
+def test_the_wheel_holds_the_connector_alone_and_each_of_its_modules_imports_with_its_requirements(
+        wheel: Path, tmp_path: Path) -> None:
+    """No test tooling in the wheel (sharegroup-testing is its own distribution), and every module it ships imports
+    where only its install requirements and pyspark (which every Spark runtime has) are: nothing it ships needs a
+    package it does not require."""
+    with zipfile.ZipFile(wheel) as built:
+        names = built.namelist()
+        metadata = next(built.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert not [n for n in names if "testing" in n or n.startswith("tests/")], names
+    modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names if n.endswith(".py"))
+    assert "sharegroup_source.source" in modules and "state_store.store" in modules, modules
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    deps = _only(_requirement_closure([*requires, "pyspark"]), tmp_path / "deps")
+    assert {"pyspark", "confluent_kafka", "deltalake", "kafka"} <= {p.name for p in deps.iterdir()}
+    assert not {"psutil", "moto", "azure", "pytest", "delta"} & {p.name for p in deps.iterdir()}
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)  # type: ignore[attr-defined]
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "dependencies.pth").write_text(f"{deps}\n")
+    subprocess.run(install_command(wheel, site), check=True)
+    (tmp_path / "import_all.py").write_text(IMPORT_EVERY_MODULE)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    imported = subprocess.run([str(python), str(tmp_path / "import_all.py"), *modules], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert imported.stdout.strip() == "every module imported", imported.stdout + imported.stderr[-3000:]
+    # the local brokers' commands are sharegroup-testing's: without it, the command says where they are
+    local = subprocess.run([str(python), "-m", "sharegroup_source.cli", "kafka", "--topic", "orders"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert (local.returncode, local.stdout) == (2, ""), local
+    assert local.stderr.startswith("sharegroup: error: 'sharegroup kafka' (a local broker for trying the connector) "
+                                   "comes with sharegroup-testing"), local.stderr
+    described = subprocess.run([str(python), "-m", "sharegroup_source.cli", "describe", "--help"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=120)
+    assert described.returncode == 0 and "--bootstrap-servers" in described.stdout, described

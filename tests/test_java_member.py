@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.apache_kafka import ApacheKafka
+from sharegroup_testing.kafka_peers import wait_for
 from tests.streams import StreamSetup
 
 pytestmark = pytest.mark.spark

@@ -18,8 +18,8 @@ from sharegroup_source.kafka.client_log import KAFKA_LOGGER, ClientLog
 from sharegroup_source.kafka.metadata import partition_counts
 from sharegroup_source.kafka.settings import CONSUMER_ONLY, admin_config
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.apache_kafka import free_port
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.apache_kafka import free_port
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.group.id": "g", "subscribe": "t",
         "stateLocation": "/tmp/sharegroup-state"}

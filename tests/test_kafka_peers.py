@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, IllegalStateException, Message, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 pytestmark = pytest.mark.embedded  # the peers themselves: both run every test here
 

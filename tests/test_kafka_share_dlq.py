@@ -25,9 +25,9 @@ from confluent_kafka.admin import NewTopic
 from pyspark.sql import functions as F
 
 import sharegroup_source
-from sharegroup_source.testing.apache_kafka import set_group_configs
-from sharegroup_source.testing.jars import KAFKA_VERSION_ENV, kafka_version
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.apache_kafka import set_group_configs
+from sharegroup_testing.jars import KAFKA_VERSION_ENV, kafka_version
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 from tests.scenarios import assert_exactly_once, invalid_json_rejected_into_dead_letters

@@ -19,7 +19,7 @@ from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import OptionError
 from sharegroup_source.locations import check_location, resolve_location
 from sharegroup_source.options import SourceOptions, StateOptions
-from sharegroup_source.testing.apache_kafka import free_port
+from sharegroup_testing.apache_kafka import free_port
 from state_store import StateStore, StateStoreError
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"

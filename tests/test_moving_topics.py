@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import NewPartitions
 
 from sharegroup_source.kafka.topic_watch import REFRESH_S
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.delta_worker import spawn
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup

@@ -17,10 +17,10 @@ from azure.core.exceptions import ResourceExistsError
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from sharegroup_source.testing.azurite import Azurite
-from sharegroup_source.testing.gcs_server import GcsServer
-from sharegroup_source.testing.s3_server import S3Server
-from sharegroup_source.testing.store_server import CommitCounts
+from sharegroup_testing.azurite import Azurite
+from sharegroup_testing.gcs_server import GcsServer
+from sharegroup_testing.s3_server import S3Server
+from sharegroup_testing.store_server import CommitCounts
 from state_store.storage_errors import ACCESS_DENIED, UNREACHABLE, storage_problem
 from tests.object_stores import azurite, gcs_server, s3_server  # noqa: F401
 

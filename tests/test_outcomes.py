@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 import sharegroup_source
 from sharegroup_source.errors import OutcomeError
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from state_store import StateStore
 from tests.scenarios import assert_exactly_once, is_json, json_orders
 from tests.streams import StreamSetup

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup, spark_connect_port
 

@@ -29,7 +29,7 @@ LIBRARY_NAMES = {"KafkaError"}
 REACHES_IN = {
     ("examples/demo.py", "spark._jvm"): "pyspark's own way to reach the JVM (Delta's version); pyspark has no other",
 }
-#: The public face the examples keep to (with the test tooling shipped in sharegroup_source.testing, and the state
+#: The public face the examples keep to (with the test tooling shipped in sharegroup_testing, and the state
 #: store's documented ``StateStore``): nothing else of the two packages.
 EXAMPLES_MAY_IMPORT = ("sharegroup_source", "sharegroup_source.admin", "sharegroup_source.sinks",
                        "sharegroup_source.errors", "state_store")
@@ -45,9 +45,9 @@ NOT_RAISED_TO_USERS = {
                                "DeltaShareConsumer), and an admin reset refuses a group with holders first "
                                "(GroupNotEmptyError)",
 }
-#: The test tooling's own errors: sharegroup_source.testing starts brokers and stores for tests, the demo, the bench
-#: and the CLI's local-broker commands, and the source never imports it (docs/brokers.md); its errors are its own.
-TOOLING = "sharegroup_source/testing/"
+#: The second distribution's package (the local brokers and test servers): held to the same rules of names, its
+#: errors its own (the connector never imports it, so a user of the connector never meets them).
+TESTING = "sharegroup-testing/sharegroup_testing"
 
 
 def _sources(*folders: str) -> list[Path]:
@@ -60,9 +60,10 @@ def _shown(path: Path, node: ast.AST) -> str:
 
 def test_no_module_imports_a_private_name_of_another():
     imports = [f"{_shown(path, node)}: from {node.module} import {alias.name}"
-               for path in _sources(*PROJECT, "bench", "soak", "examples", "tests")
+               for path in _sources(*PROJECT, TESTING, "bench", "soak", "examples", "tests")
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-               if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PROJECT
+               if isinstance(node, ast.ImportFrom)
+               and (node.module or "").split(".")[0] in (*PROJECT, "sharegroup_testing")
                for alias in node.names if alias.name.startswith("_")]
     assert imports == [], "private names imported across modules:\n" + "\n".join(imports)
 
@@ -83,7 +84,7 @@ def test_bench_soak_and_examples_use_public_names_or_say_why_not():
     assert stale == [], f"REACHES_IN names uses that are gone: {stale}"
 
 
-@pytest.mark.parametrize("path", _sources(*PROJECT), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _sources(*PROJECT, TESTING), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_module_with_code_says_what_is_public(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     has_code = any(isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Assign | ast.AnnAssign) for node in tree.body)
@@ -106,7 +107,7 @@ def test_examples_import_only_the_public_face():
                for name in ([node.module or ""] if isinstance(node, ast.ImportFrom)
                             else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
                if name.split(".")[0] in PROJECT and name not in EXAMPLES_MAY_IMPORT
-               and not name.startswith("sharegroup_source.testing")]
+               and not name.startswith("sharegroup_testing")]
     assert reached == [], "examples importing internals:\n" + "\n".join(reached)
 
 
@@ -169,9 +170,9 @@ def _exception_classes() -> dict[str, str]:
 
 def test_every_exception_a_user_can_meet_is_in_errors():
     exceptions = _exception_classes()
-    assert {"OptionError", "StateStoreError", "GroupNotEmptyError", "BrokerError"} <= set(exceptions), exceptions
+    assert {"OptionError", "StateStoreError", "GroupNotEmptyError"} <= set(exceptions), exceptions
     users = {name: file for name, file in exceptions.items()
-             if not name.startswith("_") and name not in NOT_RAISED_TO_USERS and not file.startswith(TOOLING)}
+             if not name.startswith("_") and name not in NOT_RAISED_TO_USERS}
     missing = sorted(f"{name} ({file})" for name, file in users.items() if name not in errors.__all__)
     assert missing == [], "exceptions users can meet, not in sharegroup_source.errors.__all__:\n" + "\n".join(missing)
     for name in users:

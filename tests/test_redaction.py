@@ -4,7 +4,7 @@ import pytest
 
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.redaction import REDACTED, redact, redact_location
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 
 
 def test_security_settings_are_redacted_and_the_rest_kept():

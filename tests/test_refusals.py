@@ -21,9 +21,9 @@ from sharegroup_source.errors import AuthorizationError, ClusterError
 from sharegroup_source.kafka.client_log import KAFKA_LOGGER
 from sharegroup_source.kafka.metadata import log_offsets
 from sharegroup_source.kafka.share_protocol import ShareGroupProtocol
-from sharegroup_source.testing.apache_kafka import create_topic, free_port
-from sharegroup_source.testing.kafka_peers import wait_for
-from sharegroup_source.testing.secured_kafka import SecuredKafka, make_tls
+from sharegroup_testing.apache_kafka import create_topic, free_port
+from sharegroup_testing.kafka_peers import wait_for
+from sharegroup_testing.secured_kafka import SecuredKafka, make_tls
 from tests.test_admin import _group_at
 
 #: How many failed bootstraps a test makes: a leak of one thread each is plain to see, and the test stays short.

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from sharegroup_source.executor.offset_reader import OffsetRangeReader
 from sharegroup_source.executor.partition_reader import ReplayPartition, read_partition
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from state_store import OffsetRange
 
 RECORDS = [f"open-{i}".encode() for i in range(5)]

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 from pyspark.errors import StreamingQueryException
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
 from tests.test_delta_coordinator import DeltaSetup

@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 from sharegroup_source.admin import describe_groups, reset_offsets
 from sharegroup_source.errors import AuthenticationError
 from sharegroup_source.kafka.metadata import check_login
-from sharegroup_source.testing.apache_kafka import create_topic
-from sharegroup_source.testing.secured_kafka import SecuredKafka
+from sharegroup_testing.apache_kafka import create_topic
+from sharegroup_testing.secured_kafka import SecuredKafka
 from tests.test_admin import _cli
 
 pytestmark = pytest.mark.secured

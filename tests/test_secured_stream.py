@@ -23,9 +23,9 @@ from pyspark.errors import StreamingQueryException
 
 from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.kafka.group_configs import read_group_configs
-from sharegroup_source.testing.apache_kafka import create_topic, set_group_configs
-from sharegroup_source.testing.kafka_peers import wait_for
-from sharegroup_source.testing.secured_kafka import SecuredKafka, make_tls
+from sharegroup_testing.apache_kafka import create_topic, set_group_configs
+from sharegroup_testing.kafka_peers import wait_for
+from sharegroup_testing.secured_kafka import SecuredKafka, make_tls
 from tests.demo_runs import interrupt_demo
 
 pytestmark = [pytest.mark.secured, pytest.mark.spark]

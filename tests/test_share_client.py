@@ -13,8 +13,8 @@ from sharegroup_source.acks import Ack, AckType
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
 from sharegroup_source.executor.offset_reader import OffsetRangeReader
-from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.apache_kafka import ApacheKafka, create_topic
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 
 
 def _consume(client: ShareClient, want: int, ack: AckType = AckType.ACCEPT, timeout_s: float = 30) -> list:

@@ -17,8 +17,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import sharegroup_source
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from sharegroup_source.testing.workers import kill_source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.workers import kill_source_workers
 from state_store import StateStore
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 from tests.scenarios import assert_exactly_once

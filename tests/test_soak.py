@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sharegroup_source.driver.micro_batch import MicroBatchDriver
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from soak.faults import applicable, schedule
 from soak.run import SoakSettings, run_soak
 from tests.streams import StreamSetup

@@ -19,7 +19,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from soak.long.__main__ import JSON_NAME, PNG_NAME, publish
 from soak.long.batches import BatchTimes
 from soak.long.intervals import (

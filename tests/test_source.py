@@ -16,7 +16,7 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 
 from sharegroup_source.acks import Ack
 from sharegroup_source.coordinators.broker.share_client import ShareClient
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.scenarios import assert_exactly_once, file_sink_exactly_once, sink_down_at_batch_2_then_restart
 from tests.streams import StreamSetup
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.scenarios import assert_exactly_once
 from tests.spark_cluster import ClusterDriver, Executor, ExecutorTasks, SparkCluster, cluster_driver, spark_cluster  # noqa: F401 - fixtures
 from tests.streams import StreamSetup

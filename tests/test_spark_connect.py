@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from state_store import StateStore
 from tests.scenarios import assert_exactly_once, json_orders
 from tests.streams import StreamSetup, spark_connect_port
@@ -79,7 +79,7 @@ def test_a_stream_and_acknowledge_in_foreach_batch_over_spark_connect(kafka: Kaf
     assert child.returncode == 0 and "query exception: None" in out, child.stdout + child.stderr[-4000:]
     assert out[0].startswith("connect session: pyspark.sql.connect"), out
 
-    from sharegroup_source.testing.spark import local_spark
+    from sharegroup_testing.spark import local_spark
 
     rows = setup.sink_rows(local_spark())
     assert_exactly_once(rows, valid)

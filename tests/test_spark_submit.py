@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from tests.test_install import fresh_venv, install_command, wheel  # noqa: F401 - wheel is a fixture
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,8 +25,8 @@ from sharegroup_source.driver.micro_batch import MicroBatchDriver
 from sharegroup_source.errors import GroupConfigError
 from sharegroup_source.kafka.group_configs import read_group_configs
 from sharegroup_source.options import SourceOptions
-from sharegroup_source.testing.jars import kafka_version
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.jars import kafka_version
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store import EpochStatus
 from state_store.group import GroupSettings, GroupStore
 from tests.conftest import PREVIOUS_KAFKA

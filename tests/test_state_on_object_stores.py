@@ -27,8 +27,8 @@ from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.admin import describe_groups, reset_offsets
 from sharegroup_source.errors import OptionError
 from sharegroup_source.locations import check_location
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
-from sharegroup_source.testing.workers import kill_source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.workers import kill_source_workers
 from state_store import RecordState, StateStore, StateStoreError
 from state_store.delta_table import StateTable
 from state_store.group import GroupStore

@@ -2,7 +2,7 @@
 
 The state is written with delta-rs (the driver's Python worker has no SparkSession); users and
 dashboards read it with ``spark.read.format("delta")``. The delta-spark jars are part of the
-test setup (``make jars``, loaded by ``sharegroup_source/testing/spark.py``): without them these tests fail.
+test setup (``make jars``, loaded by ``sharegroup-testing/sharegroup_testing/spark.py``): without them these tests fail.
 """
 
 from __future__ import annotations

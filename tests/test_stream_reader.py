@@ -14,7 +14,7 @@ import pytest
 
 from sharegroup_source.acks import Ack
 from sharegroup_source.coordinators.broker.share_client import ShareClient
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from state_store import StateStore
 from tests.streams import StreamSetup, worker_holding_an_epoch
 

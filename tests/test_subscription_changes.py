@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from state_store import RecordState
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup

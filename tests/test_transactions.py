@@ -13,7 +13,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup
 from tests.test_delta_coordinator import DeltaSetup

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from sharegroup_source.testing.kafka_peers import wait_for
+from sharegroup_testing.kafka_peers import wait_for
 from tests.scenarios import assert_exactly_once
 from tests.streams import StreamSetup, burning_cpu
 

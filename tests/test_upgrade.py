@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sharegroup_source
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest, wait_for
+from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from state_store.progress import PROGRESS_ADDED_COLUMNS, PROGRESS_FORMAT
 from state_store.table_open import FORMAT_PROPERTY
 from tests import delta_worker

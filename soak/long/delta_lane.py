@@ -29,7 +29,7 @@ from typing import IO
 
 from pyspark.sql import SparkSession
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.kafka_peers import KafkaUnderTest
 from soak.long.tally import SinkTally, WorkerTally
 from soak.producer import NumberedProducer
 from soak.query import PYTHON_ERROR, SoakQuery

@@ -62,7 +62,7 @@ from typing import NamedTuple
 import psutil
 import pyarrow as pa
 
-from sharegroup_source.testing.workers import source_workers
+from sharegroup_testing.workers import source_workers
 from soak.long.intervals import MB, ProcessFigures
 from soak.long.verdict import CAPPED_POOLS
 

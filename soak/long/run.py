@@ -22,8 +22,8 @@ from typing import Any
 import psutil
 from pyspark.sql import SparkSession
 
-from sharegroup_source.testing.kafka_peers import KafkaUnderTest
-from sharegroup_source.testing.workers import source_workers
+from sharegroup_testing.kafka_peers import KafkaUnderTest
+from sharegroup_testing.workers import source_workers
 from soak.faults import FAULTS, SoakContext, SoakHooks
 from soak.long.batches import BatchTimes
 from soak.long.delta_lane import DeltaLane

@@ -52,7 +52,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from sharegroup_source.batch_interruption import short_on_stop
-from sharegroup_source.testing.workers import kill_source_workers
+from sharegroup_testing.workers import kill_source_workers
 from soak.long.intervals import ProcessFigures, SparkPerStart
 from soak.long.processes import driver_jvm, figures_of, jvm_heap
 

@@ -20,7 +20,7 @@ closes each after its response), multipart edge cases, S3 Express.
 Why a child process, not a thread of the test's: some deltalake calls hold the GIL while their Rust code
 waits on the network (``DeltaTable.alter.set_table_properties`` in deltalake 1.6, which the state store
 uses), and a server in the same interpreter then never answers: the call times out (180 s by default)
-against a server that is fine. The child is ``python -m sharegroup_source.testing.s3_server``; the test
+against a server that is fine. The child is ``python -m sharegroup_testing.s3_server``; the test
 process drives it over its stdin and stdout (one JSON line each way), and it exits when that pipe closes,
 so an interrupted test run leaves no server behind. An outage (:meth:`S3Server.down`, :meth:`S3Server.up`)
 closes only the listener: the child, and moto's buckets in it, live on, and the port stays the same.
@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from sharegroup_source.testing.store_server import ChildChannel, CommitCounts, StoreServer
+from sharegroup_testing.store_server import ChildChannel, CommitCounts, StoreServer
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -244,7 +244,7 @@ class S3Server(StoreServer):
         self._log = self.log_path.open("ab")
         self._channel = ChildChannel("the S3 server", S3ServerError, self.log_path)
         self._channel.process = subprocess.Popen(
-            [sys.executable, "-m", "sharegroup_source.testing.s3_server", self.host, str(self.port)],
+            [sys.executable, "-m", "sharegroup_testing.s3_server", self.host, str(self.port)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         try:
             self.port = self._channel.reply(self.startup_timeout_s)

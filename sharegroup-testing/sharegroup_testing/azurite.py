@@ -4,7 +4,7 @@ Azurite is what Azure's SDKs test against, and it answers the one request a Delt
 on the way Azure does: delta-rs commits ``_delta_log/N.json`` with Put Blob and ``If-None-Match: *``, and
 Azurite refuses it when the blob exists (409 BlobAlreadyExists) in one synchronous check-and-insert on
 Node's single thread, so exactly one writer wins a version, with no lock of ours around it (unlike moto,
-see :mod:`~sharegroup_source.testing.s3_server`). It checks the shared key of every request: a wrong key
+see :mod:`~sharegroup_testing.s3_server`). It checks the shared key of every request: a wrong key
 gets 403 AuthorizationFailure, so there is no switch to turn authentication on.
 
 What it does not emulate: ADLS Gen2's hierarchical namespace (the dfs endpoint, atomic rename, ACLs;
@@ -44,8 +44,8 @@ from typing import IO
 
 from azure.storage.blob import BlobServiceClient
 
-from sharegroup_source.testing.apache_kafka import free_port, orphan_guard
-from sharegroup_source.testing.store_server import CommitCounts, StoreServer
+from sharegroup_testing.apache_kafka import free_port, orphan_guard
+from sharegroup_testing.store_server import CommitCounts, StoreServer
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AZURITE_ENV", "Azurite", "AzuriteError", "AzuriteMissing"]
 

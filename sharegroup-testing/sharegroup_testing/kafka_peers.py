@@ -21,9 +21,9 @@ from typing import Any, NoReturn
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
-from sharegroup_source.testing.embedded_broker import EmbeddedBroker
-from sharegroup_source.testing.kafka_cluster import KafkaCluster
+from sharegroup_testing.apache_kafka import ApacheKafka, create_topic, set_group_configs
+from sharegroup_testing.embedded_broker import EmbeddedBroker
+from sharegroup_testing.kafka_cluster import KafkaCluster
 
 __all__ = ["BOOTSTRAP_ENV", "EMBEDDED_SESSION_TIMEOUT_MS", "PEERS", "KafkaUnderTest", "kafka_session", "wait_for"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
-from sharegroup_source.testing.jars import jar_dir, spark_jars
+from sharegroup_testing.jars import jar_dir, spark_jars
 
 __all__ = ["QUIET_LOG4J2", "jars_fit_this_spark", "local_spark"]
 

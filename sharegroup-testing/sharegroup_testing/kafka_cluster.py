@@ -18,7 +18,7 @@ Sized for a 2-core, 24 GiB machine: 384 MiB heaps (about 200 MiB resident each),
 collector, the C1 compiler only (a test cluster's load never pays back C2's compile time: a start
 and a rolling restart took 17 s of CPU instead of 33 s), two network and two I/O threads per node,
 a 16 MiB log-cleaner buffer. Every JVM dies with the thread that started it (as
-:class:`~sharegroup_source.testing.apache_kafka.ApacheKafka`'s does): start, restart and stop from
+:class:`~sharegroup_testing.apache_kafka.ApacheKafka`'s does): start, restart and stop from
 one long-lived thread (the main thread). Starting costs 6-7 s on an idle such machine, formatting
 included (:attr:`KafkaCluster.start_seconds`); a restarted node is back in every ISR 3-14 s later,
 depending on what else runs.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from sharegroup_source.testing.apache_kafka import (
+from sharegroup_testing.apache_kafka import (
     TEST_SETTINGS,
     BrokerStartError,
     KafkaNode,

@@ -76,8 +76,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from sharegroup_source.testing.apache_kafka import free_port, orphan_guard
-from sharegroup_source.testing.store_server import ChildChannel, CommitCounts, StoreServer
+from sharegroup_testing.apache_kafka import free_port, orphan_guard
+from sharegroup_testing.store_server import ChildChannel, CommitCounts, StoreServer
 
 __all__ = ["FAKE_GCS_ENV", "GcsServer", "GcsServerError", "GcsServerMissing", "fake_gcs_server"]
 
@@ -466,7 +466,7 @@ class GcsServer(StoreServer):
             self._wait_for_upstream()
             self._front = ChildChannel("the GCS front", GcsServerError, self.log_path)
             self._front.process = subprocess.Popen(
-                [sys.executable, "-m", "sharegroup_source.testing.gcs_server", self.host, "0",
+                [sys.executable, "-m", "sharegroup_testing.gcs_server", self.host, "0",
                  str(self.upstream_port)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
             self.port = self._front.reply(self.startup_timeout_s)

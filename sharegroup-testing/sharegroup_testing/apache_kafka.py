@@ -7,7 +7,7 @@ controller on loopback, on free ports, with its data in a temporary folder and i
 is formatted with the ``share.version=1`` feature (no broker property needed); Kafka 4.4's
 ``share.version=2`` (the broker's dead-letter queue, KIP-1191) is an operator's upgrade
 (``kafka-features upgrade``), which tests/test_kafka_share_dlq.py does. Which Apache Kafka runs:
-``jvm/pom.xml``'s default, or ``SHAREGROUP_KAFKA_VERSION`` (:mod:`~sharegroup_source.testing.jars`).
+``jvm/pom.xml``'s default, or ``SHAREGROUP_KAFKA_VERSION`` (:mod:`~sharegroup_testing.jars`).
 
 The JVM dies with the process that started it (``setpriv --pdeathsig`` where available),
 so an interrupted test run leaves no broker behind.
@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from sharegroup_source.testing.jars import java, kafka_classpath
+from sharegroup_testing.jars import java, kafka_classpath
 
 __all__ = ["EPHEMERAL_PORTS", "FIRST_CHOSEN_PORT", "KAFKA_TOOLS", "PERFORMANCE_OPTS_ENV", "TEST_SETTINGS",
            "ApacheKafka", "BrokerStartError", "KafkaNode", "create_topic", "free_port", "kafka_java", "new_cluster_id",
@@ -216,7 +216,7 @@ def kafka_java(main_class: str, *args: str, heap: str, log4j: Path | None = None
 class KafkaNode:
     """One KRaft node's JVM (broker and controller in one process): its folder, config, storage and process.
 
-    :class:`ApacheKafka` runs one; :class:`~sharegroup_source.testing.kafka_cluster.KafkaCluster` three, and
+    :class:`ApacheKafka` runs one; :class:`~sharegroup_testing.kafka_cluster.KafkaCluster` three, and
     kills and restarts them. The folder keeps ``server.properties``, ``data/`` and ``kafka.log`` (appended
     to across restarts, so a failure can be read afterwards).
     """
@@ -375,7 +375,7 @@ class ApacheKafka:
 
     def _configure(self, node: KafkaNode) -> tuple[Mapping[str, str], Sequence[str]]:
         """Settings over :data:`TEST_SETTINGS` and the storage tool's extra arguments: none here; a secured
-        broker's listeners, TLS, SASL users and authorizer (:mod:`~sharegroup_source.testing.secured_kafka`)."""
+        broker's listeners, TLS, SASL users and authorizer (:mod:`~sharegroup_testing.secured_kafka`)."""
         return {}, ()
 
     @property

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, KafkaNode, free_port
+from sharegroup_testing.apache_kafka import ApacheKafka, BrokerStartError, KafkaNode, free_port
 
 __all__ = ["ADMIN_USER", "SecuredKafka", "make_tls"]
 

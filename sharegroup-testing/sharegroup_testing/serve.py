@@ -1,7 +1,7 @@
 """A local share-group broker served in the foreground, for ``sharegroup broker`` and ``sharegroup kafka``.
 
 Each prints the bootstrap servers and a ``ready`` line, then serves until Ctrl-C or SIGTERM.
-``sharegroup kafka --secured`` serves :class:`~sharegroup_source.testing.secured_kafka.SecuredKafka`
+``sharegroup kafka --secured`` serves :class:`~sharegroup_testing.secured_kafka.SecuredKafka`
 (SASL_SSL, ACLs) and prints first how to connect: the CA to trust, the users, the admin address.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 
-from sharegroup_source.testing.apache_kafka import ApacheKafka, BrokerStartError, create_topic, set_group_configs
-from sharegroup_source.testing.embedded_broker import BrokerError, EmbeddedBroker
-from sharegroup_source.testing.jars import JarsMissing
-from sharegroup_source.testing.secured_kafka import ADMIN_USER, SecuredKafka
+from sharegroup_testing.apache_kafka import ApacheKafka, BrokerStartError, create_topic, set_group_configs
+from sharegroup_testing.embedded_broker import BrokerError, EmbeddedBroker
+from sharegroup_testing.jars import JarsMissing
+from sharegroup_testing.secured_kafka import ADMIN_USER, SecuredKafka
 
 __all__ = ["DEFAULT_USER", "SERVE_ERRORS", "Grant", "ServeError", "generated_password", "serve_apache_kafka",
            "serve_embedded_broker", "serve_secured_kafka"]

@@ -20,11 +20,16 @@ from sharegroup_source.kafka.group_configs import (
     check_config_key,
 )
 from sharegroup_source.kafka.java_settings import refuse_java_settings
-from sharegroup_source.kafka.settings import SHARE_GROUP_ISOLATION, check_kafka_settings
+from sharegroup_source.kafka.settings import (
+    RESERVED,
+    check_kafka_settings,
+    replay_settings,
+    share_settings,
+)
 from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
 from sharegroup_source.redaction import redact, redact_location
 
-__all__ = ["LEGACY_GROUP_SETTINGS", "OPTION_DOCS", "RESERVED_KAFKA_SETTINGS", "STARTING_OFFSETS", "OptionDoc",
+__all__ = ["LEGACY_GROUP_SETTINGS", "OPTION_DOCS", "STARTING_OFFSETS", "OptionDoc",
            "SourceOptions", "StateOptions"]
 
 COORDINATORS = ("broker", "delta")
@@ -54,8 +59,6 @@ DEFAULT_LOCK_DURATION_MS = 30_000
 #: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
 #: previous epoch's locks (30 s by default) run out while the driver waits.
 _POLL_TIMEOUT_MAX_MS = 60_000
-#: librdkafka settings the connector owns: a user value would break acquisition or acks.
-RESERVED_KAFKA_SETTINGS = frozenset({"share.acknowledgement.mode", "max.poll.records", "enable.auto.commit"})
 
 
 @dataclass(frozen=True)
@@ -149,9 +152,6 @@ _SPARK_KAFKA_OPTIONS = {"maxoffsetspertrigger": "maxRecordsPerTrigger", "groupid
                         "kafkaconsumer.polltimeoutms": "pollTimeoutMs", "subscribepattern": "subscribe",
                         "assign": "subscribe", "startingoffsetsbytimestamp": "startingOffsets",
                         "startingtimestamp": "startingOffsets"}
-#: A share consumer refuses this consumer setting (the group's share.isolation.level decides what
-#: it delivers); the replay reader takes it, to read what the group delivered.
-_REPLAY_ONLY_KAFKA = {"isolation.level"}
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class SourceOptions:
         lowered = {key.lower(): value for key, value in options.items()}
         kafka = _prefixed(options, _KAFKA_PREFIX)
         for key in kafka:
-            if key.lower() in RESERVED_KAFKA_SETTINGS:
+            if key.lower() in RESERVED:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
         refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
         _refuse_unknown(options)
@@ -260,15 +260,13 @@ class SourceOptions:
 
     @property
     def client_config(self) -> dict[str, str]:
-        """The share consumer's librdkafka configuration: every ``kafka.*`` option, prefix removed,
-        but those only the replay reader takes (a share consumer refuses ``isolation.level``)."""
-        return {key: value for key, value in self.kafka.items() if key not in _REPLAY_ONLY_KAFKA}
+        """The user's ``kafka.*`` for the share consumer and every client but the replay reader (settings.py)."""
+        return share_settings(self.kafka)
 
     @property
     def replay_config(self) -> dict[str, str]:
-        """The replay reader's configuration: it must read what the share group delivered, so
-        ``isolation.level`` is read_uncommitted (the group default) unless the user set it."""
-        return {**self.client_config, "isolation.level": self.kafka.get("isolation.level", SHARE_GROUP_ISOLATION)}
+        """The user's ``kafka.*`` for the replay reader: the group's isolation unless the user set one (settings.py)."""
+        return replay_settings(self.kafka)
 
     @property
     def locations(self) -> dict[str, str]:

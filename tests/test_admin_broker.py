@@ -23,7 +23,7 @@ from sharegroup_source.acks import Ack, AckType
 from sharegroup_source.admin import delete_groups, delete_offsets, describe_groups, reset_offsets
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import GroupNotEmptyError, OptionError
-from sharegroup_source.kafka.share_protocol import kafka_python_config
+from sharegroup_source.kafka.settings import kafka_python_config
 from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 from tests.test_admin import _cli
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import re
 import subprocess
 import sys
 import typing
@@ -186,3 +187,45 @@ def test_every_exception_a_user_can_meet_is_in_errors():
     assert stale == [], f"NOT_RAISED_TO_USERS names exceptions that are gone: {stale}"
     classes = sorted(name for name in errors.__all__ if isinstance(getattr(errors, name), type))
     assert set(classes) <= set(exceptions), "errors.__all__ names a class that is not an exception"
+
+
+#: Where librdkafka keys may be written: the one module that builds every client's configuration, and the
+#: translation of the user's own Java properties (``--command-config``) into librdkafka's names.
+SETTINGS_BUILT_IN = {"sharegroup_source/kafka/settings.py", "sharegroup_source/kafka/java_settings.py"}
+
+
+def _librdkafka_knows(key: str) -> bool:
+    """Whether librdkafka has a configuration property ``key`` (asked of librdkafka itself)."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({key: "1", "log_level": 0})
+    except KafkaException as error:
+        return "No such configuration property" not in error.args[0].str()
+    return True
+
+
+def _keys_written(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """String keys a module writes into a mapping: ``config["k"] = v``, and ``{**config, "k": v}`` (a dict built
+    on another, the shape a client's configuration takes)."""
+    written: list[tuple[ast.AST, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            written += [(t, t.slice.value) for t in targets if isinstance(t, ast.Subscript)
+                        and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)]
+        elif isinstance(node, ast.Dict) and None in node.keys:
+            written += [(node, k.value) for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return written
+
+
+def test_no_librdkafka_key_is_written_outside_the_settings_module():
+    """Every Kafka client's configuration is built in kafka/settings.py (Spark builds every Kafka parameter in
+    KafkaSourceProvider): a key written elsewhere is a client configured where nobody looks for it."""
+    found = [(path, node, key) for path in _sources(*PROJECT)
+             if str(path.relative_to(ROOT)) not in SETTINGS_BUILT_IN
+             for node, key in _keys_written(ast.parse(path.read_text(encoding="utf-8")))
+             if re.fullmatch(r"[a-z]+(\.[a-z]+)+", key)]
+    written = sorted(f"{_shown(path, node)}: {key!r}" for path, node, key in found if _librdkafka_knows(key))
+    assert written == [], "librdkafka keys written outside kafka/settings.py:\n" + "\n".join(written)
+    assert _librdkafka_knows("socket.connection.setup.timeout.ms") and not _librdkafka_knows("group.location")

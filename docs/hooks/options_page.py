@@ -10,7 +10,8 @@ from typing import Any
 
 from mkdocs.exceptions import PluginError
 
-from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, RESERVED_KAFKA_SETTINGS, OptionDoc
+from sharegroup_source.kafka.settings import RESERVED
+from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, OptionDoc
 
 PAGE = "options.md"
 #: what follows a family's prefix: kafka.<setting>, groupConfig.<config>, stateStorage.<key>
@@ -30,7 +31,7 @@ def options_table() -> str:
         name = f"{anchor(doc)}.{_PLACEHOLDER.get(anchor(doc), '<key>')}" if doc.name.endswith(".*") else doc.name
         rows.append(f'| <a id="{anchor(doc)}"></a>`{name}` | {doc.default_shown} | {doc.coordinator} | {doc.meaning} |')
     legacy = ", ".join(f"`{name}`" for name in LEGACY_GROUP_SETTINGS)
-    reserved = ", ".join(f"`kafka.{name}`" for name in sorted(RESERVED_KAFKA_SETTINGS))
+    reserved = ", ".join(f"`kafka.{name}`" for name in sorted(RESERVED))
     return "\n".join([
         *rows, "",
         f"With `coordinator=delta`, {legacy} are still taken as the earlier spelling of `groupConfig.<config>`; "

@@ -42,7 +42,6 @@ from sharegroup_source.admin.broker_groups import (
     describe_broker_groups,
     reset_broker_offsets,
 )
-from sharegroup_source.admin.cluster import kafka_config as _client_config
 from sharegroup_source.admin.cluster import parse_topic_spec
 from sharegroup_source.admin.delta_groups import configure_delta_group, delete_delta_offsets, reset_delta_offsets
 from sharegroup_source.admin.model import (
@@ -60,6 +59,7 @@ from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log
 from sharegroup_source.admin.tables import config_table, describe_table, reset_table
 from sharegroup_source.errors import GroupNotEmptyError
 from sharegroup_source.kafka.group_configs import alter_group_configs
+from sharegroup_source.kafka.settings import with_bootstrap
 
 __all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "MemberDescription",
            "PartitionDescription", "PartitionReset", "ResetPlan", "config_table", "configure_group", "delete_groups",
@@ -79,7 +79,7 @@ def describe_groups(locations: Iterable[str] = (), *, groups: Iterable[str] = ()
     broker groups are not looked up. ``storage_options`` go to delta-rs for object stores.
     ``requests``, if given, counts the share-group admin requests sent, by API.
     """
-    config = _client_config(bootstrap_servers, kafka_config)
+    config = with_bootstrap(kafka_config, bootstrap_servers)
     now_ms = current_ms()
     found = [read_location(location, storage_options) for location in locations]
     deltas = [read for read in found if isinstance(read, DeltaGroup)]
@@ -110,7 +110,7 @@ def reset_offsets(location: str | None = None, *, group: str | None = None, to: 
     AlterShareGroupOffsets to its coordinator. Raises GroupNotEmptyError, naming the members, while
     any member holds records or is in the group (a dry run too, as Kafka's tool does).
     """
-    config = _client_config(bootstrap_servers, kafka_config)
+    config = with_bootstrap(kafka_config, bootstrap_servers)
     if config is None:
         raise ValueError("a reset looks the new offsets up in the log: give bootstrap servers")
     if (location is None) == (group is None):
@@ -131,7 +131,7 @@ def delete_offsets(location: str | None = None, topic: str = "", *, group: str |
     if (location is None) == (group is None):
         raise ValueError("delete offsets of a delta group by its location or a broker group by its id: one of them")
     if location is None:
-        config = _client_config(bootstrap_servers, kafka_config)
+        config = with_bootstrap(kafka_config, bootstrap_servers)
         if config is None:
             raise ValueError("a broker group's offsets are deleted by its coordinator: give bootstrap servers")
         return delete_broker_offsets(group or "", topic, execute=execute, config=config)
@@ -142,7 +142,7 @@ def delete_groups(groups: Iterable[str], *, execute: bool = False, bootstrap_ser
                   kafka_config: Mapping[str, Any] | None = None) -> dict[str, str | None]:
     """Delete broker share groups (DeleteGroups, one request per coordinator) with ``execute``, else say what
     would happen: per group None (deleted, or would be) or why not (missing, has members, not authorized)."""
-    config = _client_config(bootstrap_servers, kafka_config)
+    config = with_bootstrap(kafka_config, bootstrap_servers)
     if config is None:
         raise ValueError("share groups are deleted by their coordinator: give bootstrap servers")
     return delete_broker_groups(list(dict.fromkeys(groups)), execute=execute, config=config)
@@ -172,7 +172,7 @@ def configure_group(location: str | None = None, *, group: str | None = None,
         raise ValueError("configure a delta group by its location or a broker group by its id: one of them")
     if location is not None:
         return configure_delta_group(location, wanted, deleted, execute=execute, storage_options=storage_options)
-    config = _client_config(bootstrap_servers, kafka_config)
+    config = with_bootstrap(kafka_config, bootstrap_servers)
     if config is None:
         raise ValueError("a broker group's settings are its coordinator's: give bootstrap servers")
     changes = alter_group_configs(config, group or "", wanted, deleted, execute=execute)

@@ -18,7 +18,7 @@ from sharegroup_source.kafka.metadata import LogBounds, describe_refusal
 from sharegroup_source.kafka.settings import admin_config
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S
 
-__all__ = ["Cluster", "describe_target", "kafka_config", "new_offsets", "parse_topic_spec", "topic_keys"]
+__all__ = ["Cluster", "describe_target", "new_offsets", "parse_topic_spec", "topic_keys"]
 
 
 class Cluster:
@@ -27,8 +27,7 @@ class Cluster:
     def __init__(self, config: Mapping[str, Any]):
         self._config = config
         self._servers = config["bootstrap.servers"]
-        self._admin = AdminClient({**admin_config(config),
-                                   "socket.connection.setup.timeout.ms": int(KAFKA_TIMEOUT_S * 1000)})
+        self._admin = AdminClient(admin_config(config, connect_timeout_s=KAFKA_TIMEOUT_S))
 
     @cached_property
     def partitions(self) -> dict[str, int]:
@@ -61,13 +60,6 @@ class Cluster:
         except KafkaException as error:
             raise ClusterError(f"cannot read offsets by time at bootstrap.servers={self._servers}: "
                                f"{error.args[0].str()}") from None
-
-
-def kafka_config(bootstrap_servers: str | None, kafka_config: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    config = dict(kafka_config or {})
-    if bootstrap_servers:
-        config["bootstrap.servers"] = bootstrap_servers
-    return config if config.get("bootstrap.servers") else None
 
 
 

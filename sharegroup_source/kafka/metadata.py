@@ -116,12 +116,7 @@ def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: st
     """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout."""
     refusals = Refusals()
     # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
-    # allow.auto.create.topics: asked for by name, a missing topic would otherwise be created (an admin client is a
-    # producer to librdkafka, whose default is true; the embedded broker creates it, as does a Kafka broker with
-    # auto.create.topics.enable, its default)
-    # librdkafka's least connection setup timeout is 1 s
-    admin = AdminClient(admin_config({**config, "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
-                                      "allow.auto.create.topics": False, "error_cb": refusals}))
+    admin = AdminClient(admin_config({**config, "error_cb": refusals}, connect_timeout_s=timeout_s))
     deadline = time.monotonic() + timeout_s
     try:
         while True:

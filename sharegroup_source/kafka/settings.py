@@ -1,13 +1,16 @@
-"""Every Kafka client's configuration, in one place: what the connector adds to the user's ``kafka.*``,
-and librdkafka's own check of them at ``load()``.
+"""Every Kafka client's configuration, in one place: what the connector adds to the user's ``kafka.*``, and
+librdkafka's own check of them at ``load()``.
 
-The user's settings reach four kinds of client: the share consumer (a broker-coordinated group's
-member), the plain consumer that reads offsets back (replays, and every batch of coordinator=delta),
-admin clients and producers. Each gets the connector's log (:mod:`sharegroup_source.kafka.client_log`)
-and only its own kind of settings: an admin client given the consumer's ``group.id`` printed a
-``CONFWARN`` on every run. The option check builds the same clients the source will build, from the
-same functions, without brokers: a setting a client would refuse on an executor is refused on the
-driver first, naming the ``kafka.`` option.
+The user's settings reach five kinds of client: the share consumer (a broker-coordinated group's member), the
+plain consumer that reads offsets back (replays, and every batch of coordinator=delta), admin clients,
+producers, and kafka-python's client of the share-group admin protocol (:func:`kafka_python_config`). Nothing
+outside this module writes a librdkafka key (``tests/test_public_names.py`` holds it);
+``kafka/java_settings.py`` translates the user's own Java properties into librdkafka's names, the user's
+settings rather than the connector's. Each gets the connector's log
+(:mod:`sharegroup_source.kafka.client_log`) and only its own kind of settings: an admin client given the
+consumer's ``group.id`` printed a ``CONFWARN`` on every run. The option check builds the same clients the
+source will build, from the same functions, without brokers: a setting a client would refuse on an executor is
+refused on the driver first, naming the ``kafka.`` option.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from sharegroup_source.kafka.client_log import client_log, follow_debug
 from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret
 
 __all__ = ["CONSUMER_ONLY", "MAX_RECORD_LOCKS", "QUERY_CLIENT_ID", "REPLAY_CONSUME_BATCH", "REPLAY_GROUP_ID",
-           "SHARE_GROUP_ISOLATION", "admin_config", "check_kafka_settings", "consumer_config", "producer_config",
-           "replay_consumer_config", "share_consumer_config"]
+           "RESERVED", "SHARE_GROUP_ISOLATION", "admin_config", "check_kafka_settings", "consumer_config",
+           "kafka_python_config", "producer_config", "replay_consumer_config", "replay_settings",
+           "share_consumer_config", "share_settings", "with_bootstrap"]
 
 #: librdkafka settings only consumers read: an admin client or producer given one prints a CONFWARN.
 CONSUMER_ONLY = frozenset({
@@ -51,6 +55,31 @@ SHARE_GROUP_ISOLATION = "read_uncommitted"
 QUERY_CLIENT_ID = "sharegroup-source"
 #: Records the offset reader takes from the client per call: one Python call per fetch, not per record.
 REPLAY_CONSUME_BATCH = 10_000
+#: librdkafka settings the connector owns: a user value would break acquisition or acks.
+RESERVED = frozenset({"share.acknowledgement.mode", "max.poll.records", "enable.auto.commit"})
+#: A share consumer refuses this consumer setting (the group's share.isolation.level decides what
+#: it delivers); the replay reader takes it, to read what the group delivered.
+_REPLAY_ONLY = frozenset({"isolation.level"})
+
+
+def share_settings(kafka: Mapping[str, str]) -> dict[str, str]:
+    """The user's ``kafka.*`` (prefix removed) a share consumer takes, and every client but the replay reader:
+    all but those only the replay reader takes (a share consumer refuses ``isolation.level``)."""
+    return {key: value for key, value in kafka.items() if key not in _REPLAY_ONLY}
+
+
+def replay_settings(kafka: Mapping[str, str]) -> dict[str, str]:
+    """The user's ``kafka.*`` the replay reader (and a log end's ListOffsets) takes: it must read what the share
+    group delivered, so ``isolation.level`` is read_uncommitted (the group default) unless the user set it."""
+    return {**share_settings(kafka), "isolation.level": kafka.get("isolation.level", SHARE_GROUP_ISOLATION)}
+
+
+def with_bootstrap(config: Mapping[str, Any] | None, servers: str | None) -> dict[str, Any] | None:
+    """``config`` with ``bootstrap.servers`` set to ``servers`` where given; None without any bootstrap server."""
+    out = dict(config or {})
+    if servers:
+        out["bootstrap.servers"] = servers
+    return out if out.get("bootstrap.servers") else None
 
 
 def consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,15 +88,27 @@ def consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**config, "logger": client_log()}
 
 
-def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """An admin client's configuration: ``config`` without consumer-only settings, with the connector's log."""
-    follow_debug(config)
-    return {**{k: v for k, v in config.items() if k not in CONSUMER_ONLY}, "logger": client_log()}
+def admin_config(config: Mapping[str, Any], *, connect_timeout_s: float | None = None) -> dict[str, Any]:
+    """An admin client's configuration: ``config`` without consumer-only settings, with the connector's log.
+
+    An admin client asks for topics by name, and librdkafka (to which it is a producer, whose default is true)
+    would have a missing one created (the embedded broker creates it, as does a Kafka broker with
+    ``auto.create.topics.enable``, its default): it never asks that. ``connect_timeout_s`` bounds each
+    connection's setup (librdkafka's least: 1 s), so an unreachable cluster is said within the caller's bound."""
+    out: dict[str, Any] = {**_without_consumer_settings(config), "allow.auto.create.topics": False}
+    if connect_timeout_s is not None:
+        out["socket.connection.setup.timeout.ms"] = max(1000, int(connect_timeout_s * 1000))
+    return out
 
 
 def producer_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A producer's configuration: the same rules as an admin client's."""
-    return admin_config(config)
+    """A producer's configuration: ``config`` without consumer-only settings, with the connector's log."""
+    return _without_consumer_settings(config)
+
+
+def _without_consumer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    follow_debug(config)
+    return {**{k: v for k, v in config.items() if k not in CONSUMER_ONLY}, "logger": client_log()}
 
 
 def share_consumer_config(config: Mapping[str, Any], max_poll_records: int) -> dict[str, Any]:
@@ -114,6 +155,44 @@ def replay_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
     }
+
+
+# -- kafka-python's client of the share-group admin protocol --------------------------------------------------
+def kafka_python_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings (the source's ``kafka.*`` without the prefix, or ``--command-config``'s translated
+    ones) as kafka-python's, for the settings a connection needs. A setting kafka-python cannot honour is an
+    OptionError naming it, never a silently weaker connection."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in _NOT_FOR_KAFKA_PYTHON or key.startswith(_NOT_FOR_KAFKA_PYTHON_PREFIXES):
+            continue
+        if key == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = str(value).lower() != "none"
+        elif key in ("sasl.mechanism", "sasl.mechanisms"):
+            out["sasl_mechanism"] = str(value).upper()
+        elif key == "security.protocol":
+            out["security_protocol"] = str(value).upper()
+        elif key in _KAFKA_PYTHON:
+            out[_KAFKA_PYTHON[key]] = value
+        else:
+            raise OptionError(f"setting '{key}' is not supported by the share-group admin client (kafka-python); "
+                              f"it takes {', '.join(sorted([*_KAFKA_PYTHON, 'security.protocol', 'sasl.mechanism']))}")
+    return out
+
+
+_KAFKA_PYTHON = {"bootstrap.servers": "bootstrap_servers", "client.id": "client_id",
+             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
+             "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
+             "ssl.key.location": "ssl_keyfile", "ssl.key.password": "ssl_password",
+             "sasl.kerberos.service.name": "sasl_kerberos_service_name"}
+#: librdkafka settings that tune its own client and mean nothing to a short admin conversation.
+_NOT_FOR_KAFKA_PYTHON = {
+    "debug", "logger", "socket.connection.setup.timeout.ms", "socket.timeout.ms", "request.timeout.ms",
+    "enable.ssl.certificate.verification", "api.version.request", "broker.address.family",
+    "topic.metadata.refresh.interval.ms", "log_level", "error_cb", "statistics.interval.ms"}
+_NOT_FOR_KAFKA_PYTHON_PREFIXES = ("group.", "share.", "enable.auto", "auto.", "fetch.", "max.poll", "session.",
+                                  "heartbeat.", "isolation.", "queued.", "partition.", "linger", "acks",
+                                  "enable.idempotence")
 
 
 # -- kafka.* checked by librdkafka itself ---------------------------------------------------------

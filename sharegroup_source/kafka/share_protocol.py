@@ -36,9 +36,10 @@ from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from sharegroup_source.errors import AuthenticationError, ClusterError, OptionError, TlsError
+from sharegroup_source.errors import AuthenticationError, ClusterError, TlsError
 from sharegroup_source.kafka.errors import refusal
 from sharegroup_source.kafka.metadata import Key, check_login
+from sharegroup_source.kafka.settings import kafka_python_config
 from sharegroup_source.kafka.share_requests import (
     SHARE_APIS,
     Coordinator,
@@ -58,7 +59,7 @@ from sharegroup_source.kafka.share_requests import (
     parse_offsets,
 )
 
-__all__ = ["KAFKA_TIMEOUT_S", "NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol", "kafka_python_config"]
+__all__ = ["KAFKA_TIMEOUT_S", "NO_SHARE_GROUP_ADMIN", "ShareGroupProtocol"]
 
 T = TypeVar("T")
 
@@ -77,41 +78,6 @@ _ATTEMPT_S = 4.0
 _BOOTSTRAP_ATTEMPT_S = 3.0
 #: Connections that log in or shake hands (``security.protocol``), whose refusal kafka-python may not read
 _SECURED = re.compile(r"SASL|SSL", re.IGNORECASE)
-
-
-def kafka_python_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """librdkafka settings (the source's ``kafka.*`` without the prefix, or ``--command-config``'s translated
-    ones) as kafka-python's, for the settings a connection needs. A setting kafka-python cannot honour is an
-    OptionError naming it, never a silently weaker connection."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if key in _IGNORED or key.startswith(_IGNORED_PREFIXES):
-            continue
-        if key == "ssl.endpoint.identification.algorithm":
-            out["ssl_check_hostname"] = str(value).lower() != "none"
-        elif key in ("sasl.mechanism", "sasl.mechanisms"):
-            out["sasl_mechanism"] = str(value).upper()
-        elif key == "security.protocol":
-            out["security_protocol"] = str(value).upper()
-        elif key in _SETTINGS:
-            out[_SETTINGS[key]] = value
-        else:
-            raise OptionError(f"setting '{key}' is not supported by the share-group admin client (kafka-python); "
-                              f"it takes {', '.join(sorted([*_SETTINGS, 'security.protocol', 'sasl.mechanism']))}")
-    return out
-
-
-_SETTINGS = {"bootstrap.servers": "bootstrap_servers", "client.id": "client_id",
-             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
-             "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
-             "ssl.key.location": "ssl_keyfile", "ssl.key.password": "ssl_password",
-             "sasl.kerberos.service.name": "sasl_kerberos_service_name"}
-#: librdkafka settings that tune its own client and mean nothing to a short admin conversation.
-_IGNORED = {"debug", "logger", "socket.connection.setup.timeout.ms", "socket.timeout.ms", "request.timeout.ms",
-            "enable.ssl.certificate.verification", "api.version.request", "broker.address.family",
-            "topic.metadata.refresh.interval.ms", "log_level", "error_cb", "statistics.interval.ms"}
-_IGNORED_PREFIXES = ("group.", "share.", "enable.auto", "auto.", "fetch.", "max.poll", "session.", "heartbeat.",
-                     "isolation.", "queued.", "partition.", "linger", "acks", "enable.idempotence")
 
 
 class ShareGroupProtocol:

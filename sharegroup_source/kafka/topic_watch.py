@@ -49,7 +49,7 @@ class TopicWatch:
         self._reads_new = reads_new
         self._every_s = every_s
         self._needs = needs
-        self._admin = AdminClient(admin_config({**config, "allow.auto.create.topics": False}))
+        self._admin = AdminClient(admin_config(config))
         self._ids: dict[str, str] = {}  # each topic's id when first asked: at once, so a change from the start counts
         self._asked_at = time.monotonic()
         try:

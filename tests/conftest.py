@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sharegroup_source.executor.consumer_pool import consumer_pool
+from sharegroup_source.kafka.consumer_pool import consumer_pool
 from sharegroup_testing.apache_kafka import PERFORMANCE_OPTS_ENV
 from sharegroup_testing.embedded_broker import API_KEYS
 from sharegroup_testing.kafka_peers import (

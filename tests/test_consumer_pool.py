@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from sharegroup_source.executor import consumer_pool
-from sharegroup_source.executor.consumer_pool import ConsumerPool
-from sharegroup_source.executor.offset_reader import OffsetRangeReader
+from sharegroup_source.kafka import consumer_pool
+from sharegroup_source.kafka.consumer_pool import ConsumerPool
+from sharegroup_source.kafka.offset_reader import OffsetRangeReader
 from sharegroup_source.kafka.settings import consumer_config, replay_consumer_config
 from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from sharegroup_source.executor.offset_reader import OffsetRangeReader
 from sharegroup_source.executor.partition_reader import ReplayPartition, read_partition
+from sharegroup_source.kafka.offset_reader import OffsetRangeReader
 from sharegroup_source.options import SourceOptions
 from sharegroup_testing.kafka_peers import KafkaUnderTest
 from state_store import OffsetRange

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from sharegroup_source.acks import Ack, AckType
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import ClusterError
-from sharegroup_source.executor.offset_reader import OffsetRangeReader
+from sharegroup_source.kafka.offset_reader import OffsetRangeReader
 from sharegroup_testing.apache_kafka import ApacheKafka, create_topic
 from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
 

@@ -25,8 +25,8 @@ from sharegroup_source.driver.checkpoint_check import CheckpointCheck
 from sharegroup_source.driver.checkpoint_logs import CommitLog, CommitWatcher
 from sharegroup_source.driver.epoch_book import EpochBook
 from sharegroup_source.driver.planning import payload_partitions, replay_partitions
+from sharegroup_source.driver.read_back import read_back
 from sharegroup_source.errors import ClusterError, FencedError
-from sharegroup_source.executor.partition_reader import read_back
 from sharegroup_source.kafka.metadata import log_end_offsets, log_offsets
 from sharegroup_source.locations import check_source_locations
 from sharegroup_source.offset import EpochOffset

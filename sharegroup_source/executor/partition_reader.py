@@ -9,20 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from sharegroup_source.acks import record_keys
 from sharegroup_source.errors import DataLossError
-from sharegroup_source.executor.offset_reader import OffsetRangeReader, RangeResult
+from sharegroup_source.kafka.offset_reader import OffsetRangeReader, RangeResult
 from sharegroup_source.redaction import redact
-from sharegroup_source.schema import from_ipc, message_key, records_to_arrow
+from sharegroup_source.schema import from_ipc, records_to_arrow
 from state_store import OffsetRange
 
-__all__ = ["PayloadPartition", "ReplayPartition", "read_back", "read_partition"]
+__all__ = ["PayloadPartition", "ReplayPartition", "read_partition"]
 
 
 @dataclass
@@ -91,19 +89,3 @@ def _replay_range(result: RangeResult, part: ReplayPartition, held: OffsetRange)
     read[read] = offsets[at[read]] == again[read]
     counts[at[read]] = times[read]
     return table.set_column(table.schema.get_field_index("deliveryCount"), "deliveryCount", pa.array(counts))
-
-
-def read_back(positions: pa.Table, client_config: Mapping[str, Any]) -> pa.Table:
-    """The records at ``positions`` (``schema.POSITIONS``), read from the log, as the output table with headers.
-
-    For dead letters of records the driver never held (the Delta coordinator's executors read
-    them): a position the log does not hold has no record to keep and is left out.
-    """
-    counts = dict(zip(record_keys(positions), positions.column("deliveryCount").to_pylist(), strict=True))
-    wanted: dict[tuple[str, int], list[int]] = {}
-    for topic, partition, offset in counts:
-        wanted.setdefault((topic, partition), []).append(offset)
-    with OffsetRangeReader(client_config, delivered=True) as reader:
-        records = sorted((m for result in reader.read_many(wanted).values() for m in result.records), key=message_key)
-    return records_to_arrow(records, 0, include_headers=True,
-                            delivery_counts=[counts[message_key(m)] for m in records])

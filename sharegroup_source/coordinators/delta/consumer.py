@@ -33,7 +33,7 @@ from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, 
 from sharegroup_source.acks import Ack, record_keys, releases, runs_of
 from sharegroup_source.coordinators.delta.coordinator import DeltaCoordinator
 from sharegroup_source.coordinators.delta.member import GroupMember
-from sharegroup_source.executor.offset_reader import OffsetRangeReader
+from sharegroup_source.kafka.offset_reader import OffsetRangeReader
 from sharegroup_source.locations import STORAGE_PREFIX, check_location, storage_options_of
 from sharegroup_source.redaction import redact
 from sharegroup_source.schema import message_key

@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sharegroup_source.executor.consumer_pool import ConsumerPool, consumer_pool
+from sharegroup_source.kafka.consumer_pool import ConsumerPool, consumer_pool
 from sharegroup_source.kafka.errors import refusal
 from sharegroup_source.kafka.settings import REPLAY_CONSUME_BATCH, replay_consumer_config
 from sharegroup_source.kafka.transient import is_transient

@@ -219,3 +219,33 @@ def test_the_options_page_renders_a_row_per_option_from_the_code(site: Path):
         assert rows[shown][:2] == [doc.default_shown, doc.coordinator], (doc.name, rows[shown])
         assert rows[shown][2] == " ".join(doc.meaning.replace("`", "").split()), (doc.name, rows[shown])
     assert rows["maxRecordsPerTrigger"][0] == "what the in-flight windows hold"
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def unclosed_fence(text: str) -> int | None:
+    """The line number of a code fence that nothing closes (CommonMark: a fence closes on a line of at least as many
+    of its characters and no info string), or None. Markdown renders the rest of the page as code after one."""
+    opened: tuple[str, int] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        found = _FENCE.match(line)
+        if found is None:
+            continue
+        marks, info = found.groups()
+        if opened is None:
+            opened = (marks, number)
+        elif marks[0] == opened[0][0] and len(marks) >= len(opened[0]) and not info.strip():
+            opened = None
+    return None if opened is None else opened[1]
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))], ids=lambda p: p.name)
+def test_every_code_fence_is_closed(page: Path):
+    assert unclosed_fence(page.read_text(encoding="utf-8")) is None, \
+        f"{page.relative_to(ROOT)}:{unclosed_fence(page.read_text(encoding='utf-8'))}: a code fence is never closed"
+
+
+def test_an_unclosed_fence_is_found():
+    assert unclosed_fence("text\n\n```python\nx = 1\n```\n\n```python\n\nmore text\n") == 7
+    assert unclosed_fence("````\n```\nnot closed by fewer\n````\n") is None

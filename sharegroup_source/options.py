@@ -427,9 +427,13 @@ def _prefixed(options: Mapping[str, Any], prefix: str) -> dict[str, str]:
 
 
 def _required(options: Mapping[str, Any], name: str) -> str:
+    """The option's value, trimmed; an OptionError if it is missing or blank, naming an option given under a near
+    spelling (``kafka.bootstrap.server``): a misspelt required option reads as a missing one otherwise."""
     value = options.get(name.lower())
     if value is None or not str(value).strip():
-        raise OptionError(f"option '{name}' is required")
+        near = difflib.get_close_matches(name.lower(), [key.lower() for key in options], n=1, cutoff=0.85)
+        seen = f" (given: '{near[0]}', a misspelling of it?)" if value is None and near else ""
+        raise OptionError(f"option '{name}' is required{seen}")
     return str(value).strip()
 
 

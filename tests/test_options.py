@@ -44,6 +44,18 @@ def test_wrong_values_name_the_option(key, value, message):
     assert message in str(error.value)
 
 
+def test_a_required_option_under_a_near_spelling_is_named():
+    """kafka.bootstrap.server (no s) is a kafka.* key, passed through: missing the required one, say it was seen."""
+    given = {k: v for k, v in BASE.items() if k != "kafka.bootstrap.servers"}
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**given, "kafka.bootstrap.server": "b:9092"})
+    assert str(error.value) == ("option 'kafka.bootstrap.servers' is required (given: 'kafka.bootstrap.server', "
+                                "a misspelling of it?)")
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse(given)
+    assert str(error.value) == "option 'kafka.bootstrap.servers' is required"
+
+
 def test_spark_and_arrow_schemas_agree():
     for headers in (False, True):
         spark_names = [f.name for f in spark_schema(headers).fields]

@@ -153,15 +153,16 @@ class GroupMember:
             budget = max_records
             fair = max(1, max_records // len(order))
             short = {key for key in keys if 0 <= bounds[key][1] < sps[key].spso}  # negative: a leader just elected
-            self._short_since = {key: at for key, at in self._short_since.items() if key in short}
+            self._short_since = {key: self._short_since.get(key, time.monotonic()) for key in short}
+            recreated = sorted(key for key in short if time.monotonic() - self._short_since[key] >= SHORT_LOG_CONFIRM_S)
+            if recreated:  # the first partition named, whichever an acquisition served first
+                raise _recreated(recreated[0], sps[recreated[0]].spso, bounds[recreated[0]][1])
             for share in (fair, max_records):
                 for key in order:
                     if budget <= 0:
                         break
                     low, high = bounds[key]
-                    if key in short:
-                        if self._short_for_long(key):
-                            raise _recreated(key, sps[key].spso, high)
+                    if key in short:  # nothing acquired there until it is told apart
                         continue
                     for run in sps[key].acquire(self.member_id, min(share, budget), now_ms, high,
                                                 log_start_offset=low):
@@ -170,13 +171,6 @@ class GroupMember:
             return taken
 
         return change, initial
-
-    def _short_for_long(self, key: Key) -> bool:
-        """Whether the log of ``key`` has ended below the group's start in it for ``SHORT_LOG_CONFIRM_S``: a topic
-        created again, not a leader just elected whose high watermark is behind (nothing is acquired there until
-        then)."""
-        since = self._short_since.setdefault(key, time.monotonic())
-        return time.monotonic() - since >= SHORT_LOG_CONFIRM_S
 
     def _follow_growth(self) -> None:
         """The subscribed topics' partitions as they are now (asked again every few seconds): a member reads the

@@ -134,6 +134,23 @@ def test_an_earlier_runs_epochs_are_settled_as_failed_and_expected_back(tmp_path
     assert (run.book.emitted.epoch_of("t", 0, 1), run.book.emitted.epoch_of("t", 1, 1)) == (1, 2)
 
 
+def test_an_earlier_runs_records_that_came_back_before_its_epoch_was_committed_count_as_back(tmp_path):
+    """The broker redelivers a dead member's records to the next run's first fetch, before Spark commits their epoch
+    in that run (when the book expects them back): those settled early count, or the epoch would wait for records
+    that already came, ACK_FAILED for good."""
+    earlier = driver_parts(tmp_path, run_id="run-0")
+    earlier.book.write(1, records("t", 0, [0, 1, 2]), acquired_at_ms=0)  # its member died holding it
+    run = driver_parts(tmp_path)
+    run.book.came_back([1, 1])  # two of its three records, deduplicated and accepted in this run's first batch
+    run.book.settle_through(1)
+    run.book.record_settled()
+    assert run.status(1) == "ACK_FAILED", "one record has not come back yet"
+    run.book.came_back([1])
+    run.book.record_settled()
+    assert run.status(1) == "ACKED"
+    assert run.book.emitted.epoch_of("t", 0, 2) is None
+
+
 def test_where_runs_hand_over_a_stop_keeps_its_epochs_held_for_the_next_run(tmp_path):
     earlier = driver_parts(tmp_path, run_id="run-0", hand_over=True)
     earlier.book.write(1, records("t", 0, [0, 1]), acquired_at_ms=0)

@@ -141,22 +141,23 @@ def _committed_unacknowledged(setup: StoreSetup) -> bool:
             and {e.status for e in setup.ledger_entries()} == {"ACQUIRED"})
 
 
-def _settled_as_far_as_known(setup: StoreSetup, after_failure: bool) -> bool:
-    """Every epoch ACKED; ``after_failure`` (a run failed on the outage), also ACK_FAILED for an epoch of an earlier
-    run. That run may have acknowledged some of such an epoch's records, or settled their redeliveries, and failed
-    before the store took the epoch's new status; the next run cannot tell which records are still to come back,
-    so the epoch stays ACK_FAILED until maintenance drops it. The test then asks the group what is left."""
+def _settled_as_far_as_known(setup: StoreSetup) -> bool:
+    """Every epoch of this run ACKED, and every epoch of an earlier run ACKED or ACK_FAILED. An earlier run (killed
+    after Spark's commit, or failed on the outage) may have acknowledged some of an epoch's records, or settled their
+    redeliveries, before it ended and before the ledger took the epoch's new status; the next run cannot tell which
+    records are still to come back, so the epoch stays ACK_FAILED until maintenance drops it. The test then asks the
+    group what is left."""
     entries = setup.ledger_entries()
-    if not after_failure or not entries:
-        return {e.status for e in entries} == {"ACKED"}
+    if not entries:
+        return False
     current = max(entries, key=lambda e: e.epoch).member_id
     return all(e.status == "ACKED" or (e.status == "ACK_FAILED" and e.member_id != current) for e in entries)
 
 
-def _drain(setup: StoreSetup, spark, handler, expected: set, outage=None, after_failure: bool = False) -> str:
+def _drain(setup: StoreSetup, spark, handler, expected: set, outage=None) -> str:
     """Run the query until ``expected`` is in the sink and every epoch is acknowledged ("went on"), or until it
     fails ("failed": then with the store's own words). ``outage``: the store is down for a while once the run
-    has written a few batches; ``after_failure``: an earlier run failed on it."""
+    has written a few batches."""
     query = setup.batch_sink(spark, handler, available_now=False, lockDurationMs=LOCK_MS, maxRecordsPerTrigger=20)
     try:
         if outage is not None:
@@ -166,7 +167,7 @@ def _drain(setup: StoreSetup, spark, handler, expected: set, outage=None, after_
                 _for_seconds(OUTAGE_S, until=lambda: query.exception() is not None)
         wait_for(lambda: query.exception() is not None
                  or ({(p, v) for p, v, _ in setup.sink_rows(spark)} >= expected
-                     and _settled_as_far_as_known(setup, after_failure)),
+                     and _settled_as_far_as_known(setup)),
                  180, "every record in the sink and every epoch acknowledged, or the query failed",
                  interval_s=0.5, state=lambda: setup.describe(spark))
         error = query.exception()
@@ -214,7 +215,7 @@ def test_a_query_with_its_state_on_the_store_survives_a_crash_and_an_outage(spar
     # run 2 (and 3, if the outage failed run 2): the store goes away for a while as batches are written
     outcomes = [_drain(setup, spark, reject_some, produced - rejected, outage=store.outage)]
     if outcomes[0] == "failed":
-        outcomes.append(_drain(setup, spark, reject_some, produced - rejected, after_failure=True))
+        outcomes.append(_drain(setup, spark, reject_some, produced - rejected))
     assert outcomes in (["went on"], ["failed", "went on"]), outcomes
     print(f"\n{store.name}: the run that met the outage {outcomes[0]}")
 

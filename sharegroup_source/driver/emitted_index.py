@@ -27,21 +27,31 @@ class EmittedIndex:
         self._ranges: dict[tuple[str, int], list[tuple[int, OffsetRange, int]]] = {}
         self._reach: dict[tuple[str, int], list[int]] = {}
         self._expected: dict[int, int] = {}  # per epoch, records that will come back
+        # per epoch, records that came back before they were expected: an earlier run's epoch is expected back only
+        # once Spark commits it in this run, and the broker may redeliver its records to this run's first fetch
+        self._early: dict[int, int] = {}
         #: when records were last expected back (``time.monotonic()``; None: never)
         self.expected_at: float | None = None
         for entry in entries:
             self.add(entry)
 
-    def expect_back(self, epoch: int, records: int) -> None:
-        """``records`` of ``epoch`` were not acknowledged: the broker will redeliver them."""
-        self._expected[epoch] = records
+    def expect_back(self, epoch: int, records: int) -> bool:
+        """``records`` of ``epoch`` were not acknowledged: the broker will redeliver them. True when every one of
+        them already came back and was settled (the epoch then leaves the index)."""
         self.expected_at = time.monotonic()
+        left = records - self._early.pop(epoch, 0)
+        if left <= 0:
+            self.remove_epoch(epoch)
+            return True
+        self._expected[epoch] = left
+        return False
 
     def came_back(self, epoch: int) -> bool:
         """One record of ``epoch`` came back and is settled; True when it was the last one to come
         (the epoch then leaves the index: no redelivery of it can come any more)."""
         left = self._expected.get(epoch)
         if left is None:
+            self._early[epoch] = self._early.get(epoch, 0) + 1
             return False
         if left > 1:
             self._expected[epoch] = left - 1
@@ -61,6 +71,7 @@ class EmittedIndex:
 
     def remove_epoch(self, epoch: int) -> None:
         self._expected.pop(epoch, None)
+        self._early.pop(epoch, None)
         for key, ranges in self._ranges.items():
             keep = [i for i, (_, _, e) in enumerate(ranges) if e != epoch]
             if len(keep) != len(ranges):

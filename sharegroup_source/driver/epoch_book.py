@@ -73,7 +73,7 @@ class EpochBook:
         self._emitted = EmittedIndex(live)
         for entry in live:
             if entry.status == EpochStatus.ACK_FAILED:  # how many failed is not kept: all of them, at most
-                self._emitted.expect_back(entry.epoch, entry.record_count)
+                self._expect_back(entry.epoch, entry.record_count)
         # unsettled epochs of an earlier run: their locks died with that run's member
         self._foreign = {e.epoch: e for e in live if e.status in UNSETTLED}
         # epochs an earlier run RELEASEd on stop: Spark may have committed them already (it says so
@@ -182,7 +182,7 @@ class EpochBook:
             self._settled.update({e.epoch: EpochStatus.ACK_FAILED for e in foreign})
             self._counters.ack_failures += sum(e.record_count for e in foreign)
             for entry in foreign:  # their locks died with their member: every record comes back
-                self._emitted.expect_back(entry.epoch, entry.record_count)
+                self._expect_back(entry.epoch, entry.record_count)
 
     def collect(self, wait: bool = False) -> None:
         """Apply, in order, the outcome of settlements the coordinator finished; with ``wait``, of all of them.
@@ -194,7 +194,7 @@ class EpochBook:
             self._settled.update(settled_statuses(unacknowledged))
             for e, records in unacknowledged.items():
                 if records:
-                    self._emitted.expect_back(e, records)
+                    self._expect_back(e, records)
                 else:
                     self._emitted.remove_epoch(e)
                     self._decisions.pop(e, None)
@@ -258,7 +258,14 @@ class EpochBook:
 
     def came_back(self, epochs: Sequence[int]) -> None:
         """Redeliveries settled: an epoch none of whose records can come back any more is done."""
-        done = [epoch for epoch in epochs if self._emitted.came_back(epoch)]
+        self._done([epoch for epoch in epochs if self._emitted.came_back(epoch)])
+
+    def _expect_back(self, epoch: int, records: int) -> None:
+        """``records`` of ``epoch`` come back; done already if they all came back first (an earlier run's epoch)."""
+        if self._emitted.expect_back(epoch, records):
+            self._done([epoch])
+
+    def _done(self, done: Sequence[int]) -> None:
         for epoch in done:
             self._decisions.pop(epoch, None)
         # every record of theirs was acknowledged in the end; in order with their earlier ACK_FAILED

@@ -7,6 +7,7 @@
     sharegroup delete --group G [--group G ...] --bootstrap-servers B [--execute]
     sharegroup configure --group G [--set KEY=VALUE ...] [--delete KEY ...] --bootstrap-servers B [--execute]
     sharegroup configure LOCATION [--set KEY=VALUE ...] [--delete KEY ...] [--execute]
+    sharegroup dead-letters LOCATION [--group G] [--limit N] [--payload] [--json]
 
 describe, reset, delete and configure share groups (sharegroup_source.admin); describing never joins
 one. A LOCATION is a coordinator=delta group's groupLocation or a broker-mode query's stateLocation;
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: The commands that operate share groups (sharegroup_source.admin).
-ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete", "configure")
+ADMIN_COMMANDS = ("describe", "reset-offsets", "delete-offsets", "delete", "configure", "dead-letters")
 _LOCATION_HELP = "a groupLocation (coordinator=delta) or a query's stateLocation (coordinator=broker)"
 _SERVERS_HELP = "the Kafka cluster the group reads (log offsets, lag and broker groups are looked up there)"
 _GROUP_HELP = "a coordinator=broker share group's id, asked of its Kafka coordinator (repeatable)"
@@ -124,6 +125,15 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     configure.add_argument("--execute", action="store_true", help=_EXECUTE_HELP)
     configure.add_argument("--bootstrap-servers", metavar="B", help=_SERVERS_HELP + " (for --group)")
     _add_client_settings(configure)
+    letters = commands.add_parser("dead-letters", help="list the records a share group rejected: reason, "
+                                  "deliveries, time; their payload with --payload")
+    letters.add_argument("location", metavar="LOCATION",
+                         help=_LOCATION_HELP + ", or the query's deadLetterLocation")
+    letters.add_argument("--group", metavar="G", help="only this share group's (queries sharing a deadLetterLocation)")
+    letters.add_argument("--limit", type=int, metavar="N", help="only the newest N")
+    letters.add_argument("--payload", action="store_true", help="with each record's key and value (headers in --json)")
+    letters.add_argument("--json", action="store_true", help="a JSON list (payload bytes in base64)")
+    _add_client_settings(letters)
 
 
 def _add_target(command: argparse.ArgumentParser) -> None:
@@ -211,7 +221,7 @@ def _admin(args: argparse.Namespace) -> int:
     from sharegroup_source.errors import ClusterError, StateStoreError
 
     handlers = {"describe": _describe, "reset-offsets": _reset_offsets, "delete-offsets": _delete_offsets,
-                "delete": _delete, "configure": _configure}
+                "delete": _delete, "configure": _configure, "dead-letters": _dead_letters}
     try:
         args.settings = read_command_config(args.command_config, args.storage_option)
     except ValueError as error:
@@ -245,6 +255,20 @@ def _describe(args: argparse.Namespace) -> int:
         where = " ".join(part for part in (d.location, f"(group {d.group_id})" if d.group_id else None) if part)
         print(f"sharegroup: error: {where or 'cluster'}: {d.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    from sharegroup_source.admin import dead_letters_table, read_dead_letters
+
+    letters = read_dead_letters(args.location, group=args.group, payload=args.payload, limit=args.limit,
+                                storage_options=dict(args.settings.storage))
+    if args.json:
+        print(json.dumps([letter.to_dict() for letter in letters], indent=2))
+    elif letters:
+        print(dead_letters_table(letters))
+    else:
+        print("no dead letters")
+    return 0
 
 
 def _reset_offsets(args: argparse.Namespace) -> int:

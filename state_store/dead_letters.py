@@ -35,8 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from state_store.delta_table import StateTable
+from state_store.errors import StateStoreError
+from state_store.redaction import redact_location
 from state_store.table_cache import Snapshot
 from state_store.table_commit import Write
 from state_store.table_retention import USER_DATA_RETENTION
@@ -65,6 +68,8 @@ DEAD_LETTERS_SCHEMA = pa.schema([
 ])
 #: Columns of DEAD_LETTERS_SCHEMA added after the first release: a table without them still opens.
 ADDED_COLUMNS = ("group_id",)
+#: Tables a groupLocation or a query's stateLocation holds beside its dead letters, one of which any has.
+_STATE_TABLES = ("dead_letters", "ledger", "progress", "settings", "share_state")
 
 
 class DeadLetters:
@@ -88,6 +93,19 @@ class DeadLetters:
         else:
             root, name = os.path.split(os.path.abspath(trimmed))
         return cls.open(root, name, storage_options=storage_options)
+
+    @classmethod
+    def kept_at(cls, location: str, *, storage_options: dict[str, str] | None = None) -> DeadLetters:
+        """The dead letters a location keeps: the table itself (a ``deadLetterLocation``), or the ``dead_letters``
+        table beside a ``groupLocation``'s or a query's ``stateLocation``'s own. StateStoreError for a location that
+        holds neither dead letters nor share-group state (a mistyped path would otherwise read as no dead letters)."""
+        base = location.rstrip("/")
+        if DeltaTable.is_deltatable(base, storage_options):
+            return cls.at(location, storage_options=storage_options)
+        if not any(DeltaTable.is_deltatable(f"{base}/{name}", storage_options) for name in _STATE_TABLES):
+            raise StateStoreError(f"{redact_location(location)}: no dead letters and no share-group state here "
+                                  "(give a groupLocation, a query's stateLocation or its deadLetterLocation)")
+        return cls.open(base, "dead_letters", storage_options=storage_options)
 
     def append(self, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
         """Add records not yet dead-lettered; ``time`` may be a datetime or epoch milliseconds. Returns how many

@@ -7,6 +7,7 @@ The dead letters are read by users, often as a Delta stream, so they keep Delta'
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -198,3 +199,37 @@ def test_a_delta_stream_of_the_dead_letters_survives_maintenance(delta_spark, tm
     store.maintain()
     seen.append(run_stream())
     assert seen == [[1, 2], [3, 4]]
+
+
+def test_dead_letters_are_listed_from_each_location_that_keeps_them(tmp_path: Path, capsys) -> None:
+    """A query's stateLocation, and its deadLetterLocation given itself; one group's alone, the newest N, the payload
+    only when asked for (bytes in base64 in JSON, as text in the table where they are UTF-8)."""
+    from sharegroup_source import cli
+    from sharegroup_source.admin import read_dead_letters
+
+    store = StateStore(str(tmp_path / "state"))
+    store.dead_letters.append([{**rejected(1, "a"), "time": 1_700_000_000_000},
+                               {**rejected(2, "b"), "time": 1_700_000_001_000, "value": b"\xff\x00"},
+                               {**rejected(3, "a", reason="max deliveries exceeded"), "time": 1_700_000_002_000}])
+    listed = read_dead_letters(str(tmp_path / "state"))
+    assert [(d.group_id, d.offset, d.reason, d.value) for d in listed] == [
+        ("a", 1, "bad", None), ("b", 2, "bad", None), ("a", 3, "max deliveries exceeded", None)]
+    assert [d.offset for d in read_dead_letters(str(tmp_path / "state"), group="a", limit=1)] == [3]
+
+    assert cli.main(["dead-letters", str(tmp_path / "state"), "--json", "--payload", "--group", "b"]) == 0
+    (letter,) = json.loads(capsys.readouterr().out)
+    assert letter == {"group_id": "b", "topic": "orders", "partition": 0, "offset": 2, "delivery_count": 1,
+                      "reason": "bad", "time": "2023-11-14T22:13:21Z", "key_base64": "azI=", "value_base64": "/wA=",
+                      "headers": [{"key": "h", "value_base64": "MQ=="}]}
+    assert cli.main(["dead-letters", str(tmp_path / "state"), "--payload"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "OFFSET", "DELIVERIES", "TIME", "REASON", "KEY", "VALUE"]
+    assert lines[1].split()[-2:] == ["k1", "v1"] and lines[2].split()[-1] == repr(b"\xff\x00"), lines
+
+    elsewhere = StateStore(str(tmp_path / "state2"), dead_letter_location=str(tmp_path / "letters"))
+    elsewhere.dead_letters.append([rejected(7)])
+    assert [d.offset for d in read_dead_letters(str(tmp_path / "letters"))] == [7]
+    assert cli.main(["dead-letters", str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err == (f"sharegroup: error: {tmp_path / 'missing'}: no dead letters and no share-group "
+                                       "state here (give a groupLocation, a query's stateLocation or its "
+                                       "deadLetterLocation)\n")

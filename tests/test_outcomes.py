@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import threading
@@ -11,6 +13,8 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 from pyspark.sql import functions as F
 
 import sharegroup_source
+from sharegroup_source import cli
+from sharegroup_source.admin import read_dead_letters
 from sharegroup_source.errors import OutcomeError
 from sharegroup_testing.kafka_peers import wait_for
 from state_store import StateStore
@@ -25,7 +29,7 @@ def _dead_letters(setup: StreamSetup) -> dict[tuple[int, bytes], tuple[str, int]
     return {(r["partition"], r["value"]): (r["reason"], r["delivery_count"]) for r in rows}
 
 
-def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
+def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path, capsys):
     setup = StreamSetup(kafka, kafka.new_topic(2), kafka.new_group(), tmp_path)
     valid, invalid = json_orders(kafka, setup, 1000, 2)
     problems: list[str] = []
@@ -52,6 +56,23 @@ def test_invalid_records_are_rejected_into_dead_letters(spark, kafka, tmp_path):
                             "processed (unknown to the ledger)" in p for p in problems)
     decided = StateStore(str(setup.state)).decisions.table.snapshot().rows()
     assert {r["decision"] for r in decided} == {"REJECT"} and len(decided) == len(invalid), "errors record nothing"
+
+    # the dead letters in reach: listed and exported by the command (and its API), the payload only when asked
+    capsys.readouterr()
+    assert cli.main(["dead-letters", str(setup.state), "--json", "--payload"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert {(d["partition"], base64.b64decode(d["value_base64"])): (d["reason"], d["delivery_count"])
+            for d in exported} == _dead_letters(setup)
+    assert {d["group_id"] for d in exported} == {setup.group}
+    assert all(d["topic"] == setup.topic and d["time"].endswith("Z") for d in exported)
+    assert cli.main(["dead-letters", str(setup.state), "--limit", "2"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["GROUP", "TOPIC", "PARTITION", "OFFSET", "DELIVERIES", "TIME", "REASON"], table
+    assert len(table) == 3 and all(line.split()[:2] == [setup.group, setup.topic] for line in table[1:]), table
+    listed = read_dead_letters(str(setup.state))
+    assert len(listed) == len(invalid) and all(letter.value is None for letter in listed), "payload only when asked"
+    assert cli.main(["dead-letters", str(tmp_path / "no-such-state")]) == 1
+    assert "no dead letters and no share-group state here" in capsys.readouterr().err
 
 
 @pytest.mark.timing

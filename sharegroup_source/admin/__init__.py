@@ -23,8 +23,10 @@ What Kafka's own group admin learnt, applied to share groups:
   IncrementalAlterConfigs on the GROUP resource, which the broker validates (its reasons are passed
   on); a delta group's in its settings row, which its members re-read at each heartbeat.
 
+Dead letters, the records a group rejected, are listed by :func:`read_dead_letters` from the same locations.
+
 Layout: :mod:`.model` (the answers), :mod:`.state_locations` and :mod:`.delta_groups` (Delta
-state), :mod:`.broker_groups` and :mod:`.protocol` (Kafka's coordinator), :mod:`.cluster` (log
+state), :mod:`.dead_letters`, :mod:`.broker_groups` and :mod:`.protocol` (Kafka's coordinator), :mod:`.cluster` (log
 offsets), :mod:`.tables` (text output). ``sharegroup`` (:mod:`sharegroup_source.cli`) is a thin
 layer over the functions here.
 """
@@ -43,6 +45,7 @@ from sharegroup_source.admin.broker_groups import (
     reset_broker_offsets,
 )
 from sharegroup_source.admin.cluster import parse_topic_spec
+from sharegroup_source.admin.dead_letters import DeadLetter, read_dead_letters
 from sharegroup_source.admin.delta_groups import configure_delta_group, delete_delta_offsets, reset_delta_offsets
 from sharegroup_source.admin.model import (
     SESSION_TIMEOUT_MS,
@@ -56,14 +59,15 @@ from sharegroup_source.admin.model import (
     to_arrow,
 )
 from sharegroup_source.admin.state_locations import DeltaGroup, QueryLedger, log_offsets, read_location
-from sharegroup_source.admin.tables import config_table, describe_table, reset_table
+from sharegroup_source.admin.tables import config_table, dead_letters_table, describe_table, reset_table
 from sharegroup_source.errors import GroupNotEmptyError
 from sharegroup_source.kafka.group_configs import alter_group_configs
 from sharegroup_source.kafka.settings import with_bootstrap
 
-__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "GroupDescription", "GroupNotEmptyError", "MemberDescription",
-           "PartitionDescription", "PartitionReset", "ResetPlan", "config_table", "configure_group", "delete_groups",
-           "delete_offsets", "describe_groups", "describe_table", "parse_topic_spec", "reset_offsets", "reset_table",
+__all__ = ["SESSION_TIMEOUT_MS", "ConfigPlan", "DeadLetter", "GroupDescription", "GroupNotEmptyError",
+           "MemberDescription", "PartitionDescription", "PartitionReset", "ResetPlan", "config_table",
+           "configure_group", "dead_letters_table", "delete_groups", "delete_offsets", "describe_groups",
+           "describe_table", "parse_topic_spec", "read_dead_letters", "reset_offsets", "reset_table",
            "to_arrow"]
 
 

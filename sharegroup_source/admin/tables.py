@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sharegroup_source.admin.dead_letters import DeadLetter
 from sharegroup_source.admin.model import ConfigPlan, GroupDescription, PartitionDescription, ResetPlan, shown_time
 
-__all__ = ["config_table", "describe_table", "reset_table"]
+__all__ = ["config_table", "dead_letters_table", "describe_table", "reset_table"]
 
 
 _PARTITION_COLUMNS: list[tuple[str, Callable[[GroupDescription, PartitionDescription], Any]]] = [
@@ -76,6 +77,25 @@ def config_table(plan: ConfigPlan) -> str:
     else:
         done = "applied: committed to the group's settings table; its members adopt them at their next heartbeat"
     return f"{table}\n\n{done}" if table else done
+
+
+def dead_letters_table(letters: Sequence[DeadLetter]) -> str:
+    """Dead letters as ``sharegroup dead-letters`` prints them; with their payload (``--payload``), the key and
+    value as text where they are UTF-8, else as Python writes bytes."""
+    payload = any(letter.headers is not None for letter in letters)
+    headers = ["GROUP", "TOPIC", "PARTITION", "OFFSET", "DELIVERIES", "TIME", "REASON"]
+    rows = [[d.group_id, d.topic, d.partition, d.offset, d.delivery_count, shown_time(d.time), d.reason]
+            + ([_shown_bytes(d.key), _shown_bytes(d.value)] if payload else []) for d in letters]
+    return _table(headers + (["KEY", "VALUE"] if payload else []), rows)
+
+
+def _shown_bytes(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(data)
 
 
 def _value(value: str | None) -> str | None:

@@ -8,7 +8,7 @@ left: listing them needs neither Spark nor Kafka, only the Delta table (``state_
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -66,7 +66,7 @@ def _letter(row: dict[str, Any], payload: bool) -> DeadLetter:
     if not payload:
         return common
     headers = tuple((h["key"], h["value"]) for h in row["headers"] or [])
-    return DeadLetter(**{**common.__dict__, "key": row["key"], "value": row["value"], "headers": headers})
+    return replace(common, key=row["key"], value=row["value"], headers=headers)
 
 
 def _b64(data: bytes | None) -> str | None:

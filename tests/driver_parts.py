@@ -19,6 +19,7 @@ from sharegroup_source.acks import AckRun
 from sharegroup_source.coordinators.base import Failures, Settled
 from sharegroup_source.driver.acknowledger import Acknowledger
 from sharegroup_source.driver.epoch_book import EpochBook
+from sharegroup_source.driver.run_context import RunContext
 from sharegroup_source.schema import NO_RECORDS, POSITIONS, arrow_schema
 from state_store import OffsetRange, SourceCounters, StateStore
 from state_store.maintenance import BackgroundMaintenance
@@ -115,6 +116,7 @@ class Parts:
     store: StateStore
     coordinator: FakeCoordinator
     counters: SourceCounters
+    run: RunContext
     acks: Acknowledger
     book: EpochBook
     maintenance: BackgroundMaintenance[None]
@@ -132,14 +134,21 @@ def driver_parts(root: Path, run_id: str = "run-1", lock_duration_ms: int | None
     (and, with ``hand_over``, took their unsettled epochs over, as the delta coordinator's runs do)."""
     store = StateStore(str(root / "state"))
     coordinator, counters = FakeCoordinator(lock_duration_ms=lock_duration_ms), SourceCounters()
-    acks = Acknowledger(coordinator, store, "q", counters, lock_duration_ms, _never_read, "127.0.0.1:9092")  # type: ignore[arg-type]
+    run = run_context(store, counters, run_id=run_id, lock_duration_ms=lock_duration_ms)
+    acks = Acknowledger(coordinator, run, _never_read)  # type: ignore[arg-type]
     maintenance = BackgroundMaintenance(lambda: None, lambda _: maintain(), "test state")
-    book = EpochBook(store, "q", run_id, acks, counters, lock_duration_ms=lock_duration_ms, hand_over=hand_over,
-                     state_shown="/the/state", maintenance=maintenance, maintain_every=maintain_every)
+    book = EpochBook(run, acks, hand_over=hand_over, maintenance=maintenance, maintain_every=maintain_every)
     store.ledger.fence("q", run_id)
     book.read_ledger()
     coordinator.take_over(book.take_over_unsettled())
-    return Parts(store, coordinator, counters, acks, book, maintenance)
+    return Parts(store, coordinator, counters, run, acks, book, maintenance)
+
+
+def run_context(store: StateStore, counters: SourceCounters | None = None, *, group_id: str = "q",
+                run_id: str = "run-1", lock_duration_ms: int | None = 30_000) -> RunContext:
+    """Run ``run_id`` of query ``group_id`` (a cluster at 127.0.0.1:9092, its state shown as /the/state)."""
+    return RunContext(group_id, run_id, store, counters or SourceCounters(), lock_duration_ms, "127.0.0.1:9092",
+                      "/the/state")
 
 
 def _never_read(positions: pa.Table) -> pa.Table:

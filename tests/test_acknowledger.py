@@ -13,6 +13,7 @@ from sharegroup_source.driver.acknowledger import Acknowledger
 from sharegroup_source.driver.epoch_book import settled_statuses
 from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
 from state_store.group import GroupSettings
+from tests.driver_parts import run_context
 
 
 class _Answering:
@@ -38,7 +39,7 @@ def test_a_partition_missing_from_the_commit_results_counts_as_failed(tmp_path):
     client = _Answering(answered={("t", 0)})
     coordinator = BrokerCoordinator(client, "run", GroupSettings())  # type: ignore[arg-type]  # a stand-in ShareClient
     no_read = lambda positions: positions.slice(0, 0)  # noqa: E731  # nothing is rejected: never read back
-    acknowledger = Acknowledger(coordinator, store, "q", counters, 30_000, no_read, "127.0.0.1:9092")
+    acknowledger = Acknowledger(coordinator, run_context(store, counters, run_id="run"), no_read)
     acknowledger.settle([entry], {})
     outcomes = list(acknowledger.outcomes())
     assert sum(run.size for run in client.staged) == 15

@@ -21,6 +21,7 @@ from sharegroup_source.driver.acknowledger import Acknowledger
 from state_store import SourceCounters, StateStore
 from state_store.dead_letters import DEAD_LETTERS_SCHEMA
 from state_store.progress import COUNTERS
+from tests.driver_parts import run_context
 
 TWO_DAYS_S = 2 * 24 * 3600
 
@@ -117,8 +118,7 @@ def test_two_groups_keep_their_rows_in_one_dead_letter_location(tmp_path: Path) 
     reasons = {("orders", 0, 10): "invalid JSON"}
     for group in ("group-a", "group-b"):
         store = StateStore(str(tmp_path / group), dead_letter_location=shared)
-        acks = Acknowledger(None, store, group, SourceCounters(), 30_000,  # type: ignore[arg-type]
-                            read_back=_payload_is_at_hand, bootstrap_servers="127.0.0.1:9092")
+        acks = Acknowledger(None, run_context(store, group_id=group), read_back=_payload_is_at_hand)  # type: ignore[arg-type]
         acks.dead_letter(records, reasons)
         acks.dead_letter(records, reasons)  # the same epoch settled again after a restart
 

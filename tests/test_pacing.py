@@ -1,5 +1,5 @@
 """How many records an epoch takes when one acquisition holds many triggers' worth: the rules of
-``driver/pacing.py``, and admission keeping them with a share-group member in memory."""
+``driver/pacing.py``, and acquisition keeping them with a share-group member in memory."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import time
 import pyarrow as pa
 import pytest
 
-from sharegroup_source.driver import admission as admission_module
+from sharegroup_source.driver import acquisition as acquisition_module
 from sharegroup_source.driver.pacing import LOCK_SHARE, BatchPace, Pacing
 from tests.driver_parts import records
-from tests.test_admission import _offsets, _run
+from tests.test_acquisition import _offsets, _run
 
 
 @pytest.fixture(autouse=True)
 def _no_first_wait(monkeypatch):
-    monkeypatch.setattr(admission_module, "FIRST_ACQUISITION_WAIT_S", 0.0)
+    monkeypatch.setattr(acquisition_module, "FIRST_ACQUISITION_WAIT_S", 0.0)
 
 
 def _paced(periods_s: list[float], lock_ms: int | None = 15_000) -> Pacing:
@@ -96,18 +96,17 @@ def test_a_trigger_limit_too_small_for_one_acquisition_is_warned_of_at_start(cap
 def test_admission_takes_the_last_attempts_first_and_never_gives_them_back_past_the_target(tmp_path):
     run = _run(tmp_path)
     run.coordinator.delivery_limit = 2
-    run.admission = admission_module.Admission(run.coordinator, run.acks, run.book, run.admission._options,
-                                               run.counters, 30_000)
+    run.acquisition = acquisition_module.Acquisition(run.coordinator, run.book, run.acquisition._options, run.run)
     run.coordinator.acquisitions.append(pa.concat_tables([records("t", 0, range(4)),
                                                           records("t", 1, range(3), delivery_count=2)]))
-    taken, _ = run.admission.acquire(2)
+    taken, _ = run.acquisition.acquire(2)
     assert _offsets(taken) == [(1, 0), (1, 1), (1, 2)], "every last attempt, past the limit of 2"
-    assert _offsets(run.admission.acquire(2)[0]) == [(0, 0), (0, 1)]
+    assert _offsets(run.acquisition.acquire(2)[0]) == [(0, 0), (0, 1)]
     # an AvailableNow run gives back what lies past its target, but for a record on its last attempt
-    run.admission.give_back()
-    run.admission.target = {("t", 0): 0, ("t", 1): 0}
+    run.acquisition.give_back()
+    run.acquisition.available_now({("t", 0): 0, ("t", 1): 0})
     run.coordinator.acquisitions.append(pa.concat_tables([records("t", 0, [10]), records("t", 1, [10], 2)]))
-    assert _offsets(run.admission.acquire(5)[0]) == [(1, 10)]
+    assert _offsets(run.acquisition.acquire(5)[0]) == [(1, 10)]
     assert ("t", 0, 10, 10, "RELEASE") in run.coordinator.runs()
 
 

@@ -5,9 +5,10 @@ An epoch's records are ACCEPTed only once Spark committed the epoch; a recorded 
 this run acquired can be acknowledged; the rest come back on lock expiry and are
 deduplicated against the ledger.
 
-A settlement is this class's from the moment it is sent to the moment its outcome is read
-(``settle``, then ``outcomes``): the epoch book hands over committed epochs and learns, in
-order, how many of each one's records did not take; it never sees a settlement in between.
+The epoch book is its only caller. A settlement is this class's from the moment it is sent to the
+moment its outcome is read (``settle``, then ``outcomes``): the book hands over committed epochs
+and learns, in order, how many of each one's records did not take; it never sees a settlement in
+between.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import pyarrow as pa
 from sharegroup_source.acks import Ack, AckRun, AckType, record_keys, runs_of
 from sharegroup_source.coordinators import Coordinator, Failures
 from sharegroup_source.coordinators.base import Outcome, Settled
-from sharegroup_source.kafka.group_configs import group_config_command
+from sharegroup_source.driver.pacing import longer_lock
+from sharegroup_source.driver.run_context import RunContext
 from sharegroup_source.schema import POSITIONS, has_payload
-from state_store import LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store import LedgerEntry, OffsetRange
 from state_store.dead_letters import DELIVERY_LIMIT_REASON
 
-__all__ = ["Acknowledger", "longer_lock"]
+__all__ = ["Acknowledger"]
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +41,16 @@ LOCK_WARNING_SHARE = 0.8
 class Acknowledger:
     """Turns committed epochs and recorded decisions into acknowledgements, and counts what took."""
 
-    def __init__(self, coordinator: Coordinator, store: StateStore, group_id: str, counters: SourceCounters,
-                 lock_duration_ms: int | None, read_back: Callable[[pa.Table], pa.Table], bootstrap_servers: str):
-        """``lock_duration_ms`` None: locks are renewed, so a slow batch earns no warning. ``read_back``
-        reads the records at some positions from the log, for dead letters of records the driver never held.
-        ``bootstrap_servers``: the cluster, for the command a lock warning gives."""
+    def __init__(self, coordinator: Coordinator, run: RunContext, read_back: Callable[[pa.Table], pa.Table]):
+        """``read_back`` reads the records at some positions from the log, for dead letters of records the driver
+        never held. A run whose locks are renewed (no lock duration) earns no slow-batch warning."""
         self._coordinator = coordinator
-        self._store = store
-        self._group_id = group_id
-        self._counters = counters
-        self._lock_duration_ms = lock_duration_ms
+        self._store = run.store
+        self._group_id = run.group_id
+        self._counters = run.counters
+        self._lock_duration_ms = run.lock_duration_ms
         self._read_back = read_back
-        self._bootstrap_servers = bootstrap_servers
+        self._bootstrap_servers = run.bootstrap_servers
         self._settling: deque[_Settlement] = deque()  # sent, outcome not read yet: in the order they were sent
 
     def settle(self, entries: Iterable[LedgerEntry], payloads: Mapping[int, pa.Table]) -> None:
@@ -159,14 +159,6 @@ class Acknowledger:
                         "checkpointLocation so that acknowledgements do not wait for the next trigger", entry.epoch,
                         used_ms / 1000, self._lock_duration_ms / 1000,
                         longer_lock(self._group_id, used_ms, self._lock_duration_ms, self._bootstrap_servers))
-
-
-def longer_lock(group_id: str, used_ms: float, lock_ms: int, bootstrap_servers: str) -> str:
-    """How to give a group's records a lock with room for work that took ``used_ms``: twice that, in whole 10 s."""
-    raised = int(-(-max(2 * used_ms, lock_ms + 10_000) // 10_000) * 10_000)
-    return (f"raise the group's share.record.lock.duration.ms (the source option "
-            f"groupConfig.share.record.lock.duration.ms={raised}, or "
-            f"{group_config_command(group_id, 'share.record.lock.duration.ms', raised, bootstrap_servers)})")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ count too: an unsettled one lost its locks with its member (unless the query's r
 over, and then this run holds it as its own), one RELEASEd on stop may have been committed by Spark
 after all; either way its records come back. The emitted index keeps every
 epoch whose records may still come back, so a redelivery is settled as decided for it then
-rather than emitted twice. The book is the only writer of epochs and their statuses.
+rather than emitted twice. The book is the only writer of epochs and their statuses, and the one
+owner of the acknowledgement path: whatever settles a record (an epoch Spark committed, a
+redelivery or a rejection on arrival, a give-back, a stop) goes through it to its acknowledger.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sharegroup_source.acks import AckRun, AckType, releases
+from sharegroup_source.acks import AckRun, AckType, releases, runs_of
 from sharegroup_source.driver.acknowledger import Acknowledger
+from sharegroup_source.driver.admission import Verdict
 from sharegroup_source.driver.emitted_index import EmittedIndex
+from sharegroup_source.driver.run_context import RunContext
 from sharegroup_source.errors import FencedError
 from sharegroup_source.schema import by_partition, has_payload, spans
-from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange, SourceCounters, StateStore
+from state_store import UNSETTLED, EpochStatus, LedgerEntry, OffsetRange
 from state_store.maintenance import BackgroundMaintenance
 
 __all__ = ["EpochBook", "offset_ranges", "settled_statuses"]
@@ -34,25 +38,22 @@ log = logging.getLogger(__name__)
 
 
 class EpochBook:
-    """The epochs of run ``run_id`` of query ``group_id`` and the ledger they are written to.
+    """The epochs of run ``run`` and the ledger they are written to; the one owner of the acknowledgement path:
+    whatever settles a record, an epoch Spark committed, a redelivery, a give-back, goes through the book to
+    ``acks``.
 
-    ``lock_duration_ms``: how long an acquired record stays locked (None: renewed while the member lives).
     ``hand_over``: the query's next run takes over this run's locks (``Coordinator.next_run_takes_over``), so
-    the epochs Spark runs again pass from run to run held, never through another member. ``state_shown``: the
-    state location as messages print it. ``maintenance`` is requested every ``maintain_every`` epochs settled,
-    so the state tables stay small."""
+    the epochs Spark runs again pass from run to run held, never through another member. ``maintenance`` is
+    requested every ``maintain_every`` epochs settled, so the state tables stay small."""
 
-    def __init__(self, store: StateStore, group_id: str, run_id: str, acks: Acknowledger, counters: SourceCounters,
-                 *, lock_duration_ms: int | None, hand_over: bool, state_shown: str,
+    def __init__(self, run: RunContext, acks: Acknowledger, *, hand_over: bool,
                  maintenance: BackgroundMaintenance[Any], maintain_every: int):
-        self._store = store
-        self._group_id = group_id
-        self._run_id = run_id
+        self._run = run
+        self._store = run.store
+        self._group_id = run.group_id
         self._acks = acks
-        self._counters = counters
-        self._lock_duration_ms = lock_duration_ms
+        self._counters = run.counters
         self._hand_over = hand_over
-        self._state_shown = state_shown
         self._maintenance = maintenance
         self._maintain_every = maintain_every
         # nothing known of earlier runs: before the run started, and what an unstarted stop finds
@@ -98,16 +99,16 @@ class EpochBook:
     def write(self, epoch: int, fresh: pa.Table, acquired_at_ms: int) -> None:
         """Ledger ``fresh`` (acquired at ``acquired_at_ms``) as ``epoch``, with the settled epochs' statuses, and
         hold it; if it cannot be ledgered as this run's, its records go back to the group."""
-        lock_ms = self._lock_duration_ms
-        entry = LedgerEntry(self._group_id, epoch, offset_ranges(fresh), self._run_id, acquired_at_ms,
+        lock_ms, run_id = self._run.lock_duration_ms, self._run.run_id
+        entry = LedgerEntry(self._group_id, epoch, offset_ranges(fresh), run_id, acquired_at_ms,
                             None if lock_ms is None else acquired_at_ms + lock_ms, EpochStatus.ACQUIRED)
         settled, self._settled = self._settled, {}
         try:
             kept = self._store.ledger.write_epoch(entry, replace_released=True, settled=settled)
-            if kept.member_id != self._run_id:
+            if kept.member_id != run_id:
                 raise FencedError(f"query {self._group_id!r}: epoch {epoch} was ledgered by run "
-                                  f"{kept.member_id} while this run ({self._run_id}) acquired it: two drivers use "
-                                  f"stateLocation={self._state_shown}; this run gave its records back and stops")
+                                  f"{kept.member_id} while this run ({run_id}) acquired it: two drivers use "
+                                  f"stateLocation={self._run.state_shown}; this run gave its records back and stops")
         except BaseException as error:  # fenced, lost, or the state unwritable: nothing holds these records
             self._settled = {**settled, **self._settled}  # not written, or written: writing them again is a no-op
             if not isinstance(error, FencedError):
@@ -198,6 +199,24 @@ class EpochBook:
                 else:
                     self._emitted.remove_epoch(e)
                     self._decisions.pop(e, None)
+
+    def settle_on_arrival(self, records: pa.Table, verdict: Verdict) -> None:
+        """Settle what an acquisition's verdict settles on the spot: rejected records into the dead letters first,
+        then the acknowledgements; a redelivery of an emitted record whose acknowledgement took is back."""
+        if verdict.rejected:
+            self._acks.dead_letter(records, verdict.rejected)
+        failed = self._acks.send(runs_of(verdict.settle))
+        self._counters.redeliveries_deduped += len(verdict.deduped)
+        self.came_back([epoch for epoch, key in verdict.deduped if key[:2] not in failed])
+
+    def give_back(self, runs: list[AckRun]) -> None:
+        """RELEASE acquired records that no epoch holds (the backlog): they go back to the group at once."""
+        self._acks.send(runs)
+
+    def dead_letter_archived(self, replayed: Sequence[LedgerEntry] = ()) -> None:
+        """Keep the records the group archived at its delivery-count limit in the dead letters, but for those of
+        ``replayed``, epochs a stop gave back that Spark runs again (``Acknowledger.dead_letter_archived``)."""
+        self._acks.dead_letter_archived(replayed)
 
     def record_settled(self) -> None:
         """Write the settled epochs' statuses now, when no ledger write of a new epoch will carry them."""

@@ -20,14 +20,15 @@ from collections.abc import Mapping, Sequence
 
 from sharegroup_source.coordinators import open_coordinator
 from sharegroup_source.driver.acknowledger import Acknowledger
-from sharegroup_source.driver.admission import Admission
+from sharegroup_source.driver.acquisition import Acquisition
 from sharegroup_source.driver.checkpoint_check import CheckpointCheck
-from sharegroup_source.driver.checkpoint_logs import CommitLog, CommitWatcher
+from sharegroup_source.driver.checkpoint_logs import CommitLog
+from sharegroup_source.driver.commit_watcher import CommitWatcher
 from sharegroup_source.driver.epoch_book import EpochBook
 from sharegroup_source.driver.planning import payload_partitions, replay_partitions
 from sharegroup_source.driver.read_back import read_back
-from sharegroup_source.errors import ClusterError, FencedError
-from sharegroup_source.kafka.metadata import log_end_offsets, log_offsets
+from sharegroup_source.driver.run_context import RunContext
+from sharegroup_source.errors import FencedError
 from sharegroup_source.locations import check_source_locations
 from sharegroup_source.offset import EpochOffset
 from sharegroup_source.options import SourceOptions
@@ -54,8 +55,9 @@ PUBLISH_EVERY_S = 5.0
 
 class MicroBatchDriver:
     """Spark's calls for one query run, under one lock: the checkpoint is checked (``CheckpointCheck``), records
-    are acquired and admitted (``Admission``), epochs are ledgered, planned and settled (``EpochBook``, tasks by
-    ``planning``, acknowledgements by ``Acknowledger``), and the run's counters go to the progress table.
+    are acquired and admitted (``Acquisition``), epochs are ledgered, planned and settled (``EpochBook``, which
+    alone acknowledges, through its ``Acknowledger``; tasks by ``planning``), and the run's counters go to the
+    progress table. The member itself is opened, handed over and closed here.
 
     ``handover_timeout_s``: how long a run waits for the previous run's member to leave
     (None: the coordinator's default)."""
@@ -84,18 +86,12 @@ class MicroBatchDriver:
         self._fence: Fence | None = None
         # joins once the previous run's member has left: that run's stop writes its releases to the ledger
         self._coordinator = open_coordinator(options, self.store.progress, self._run_id, handover_timeout_s)
-        lock_duration_ms = self._coordinator.lock_duration_ms
-        self._acks = Acknowledger(self._coordinator, self.store, self._group_id, self.counters, lock_duration_ms,
-                                  functools.partial(read_back, client_config=options.replay_config),
-                                  options.bootstrap_servers)
-        self._book = EpochBook(self.store, self._group_id, self._run_id, self._acks, self.counters,
-                               lock_duration_ms=lock_duration_ms,
-                               hand_over=self._coordinator.next_run_takes_over,
-                               state_shown=options.state_location_shown,
+        run = RunContext(self._group_id, self._run_id, self.store, self.counters, self._coordinator.lock_duration_ms,
+                         options.bootstrap_servers, options.state_location_shown)
+        acks = Acknowledger(self._coordinator, run, functools.partial(read_back, client_config=options.replay_config))
+        self._book = EpochBook(run, acks, hand_over=self._coordinator.next_run_takes_over,
                                maintenance=self._maintenance, maintain_every=MAINTAIN_EVERY_EPOCHS)
-        self._admission = Admission(self._coordinator, self._acks, self._book, options, self.counters,
-                                    lock_duration_ms)
-        self._told_empty_start = False  # whether a new query's empty start was explained (once)
+        self._acquisition = Acquisition(self._coordinator, self._book, options, run)
         self._planned_through = 0  # Spark logged every epoch through the newest it planned: a stop's replayed ones
         self._lock = threading.RLock()  # Spark's calls and the commit watcher share the member: one at a time
         self._stopped = False
@@ -143,7 +139,7 @@ class MicroBatchDriver:
             try:
                 offset = self._latest_offset(EpochOffset.of(start), max_records, acquire_ahead)
                 idle = offset.epoch == EpochOffset.of(start).epoch
-                self._acks.dead_letter_archived()
+                self._book.dead_letter_archived()
                 return offset.json()
             finally:
                 self._publish_counters(at_once=idle)
@@ -156,15 +152,15 @@ class MicroBatchDriver:
             self._book.record_settled()
             return self._offset(next_epoch)  # ledgered by an earlier run before Spark logged it: same epoch again
         # a RELEASED epoch Spark never logged gave its records back: the epoch is acquired anew
-        fresh, acquired_at_ms = self._admission.acquire(max_records)
+        fresh, acquired_at_ms = self._acquisition.acquire(max_records)
         if not fresh.num_rows:
-            if next_epoch == 1 and not self._admission.past_target:
-                self._explain_empty_start()
+            if next_epoch == 1:
+                self._acquisition.explain_empty_start()
             self._book.record_settled()
             return start
         self._book.write(next_epoch, fresh, acquired_at_ms)
-        if acquire_ahead and self._admission.target is None:  # taken past an AvailableNow target: a delivery spent
-            self._coordinator.acquire_ahead(max_records)
+        if acquire_ahead:
+            self._acquisition.ahead(max_records)
         return self._offset(next_epoch)
 
     def _offset(self, epoch: int) -> EpochOffset:
@@ -202,7 +198,7 @@ class MicroBatchDriver:
                 self._book.settle_through(epoch)
                 if at_once:
                     self._book.collect(wait=True)
-                self._acks.dead_letter_archived()
+                self._book.dead_letter_archived()
             finally:
                 self._publish_counters()
 
@@ -226,13 +222,13 @@ class MicroBatchDriver:
                 # ledger says so, each part whatever the other did: a member leaving with an epoch still ACQUIRED in
                 # the ledger tells the next run of locks that nobody holds
                 try:
-                    self._admission.give_back()
+                    self._acquisition.give_back()
                 finally:
                     kept = self._book.release_held()
         finally:
             try:
                 self._coordinator.close(kept)
-                self._acks.dead_letter_archived(replayed)  # a RELEASE at the limit archives
+                self._book.dead_letter_archived(replayed)  # a RELEASE at the limit archives
             finally:
                 self._publish_counters(left=True)
                 self._maintenance.close(MAINTENANCE_STOP_WAIT_S)
@@ -253,7 +249,7 @@ class MicroBatchDriver:
 
     def prepare_available_now(self) -> None:
         """Only records already in the log now belong to this run; later ones wait for the next."""
-        self._admission.target = log_end_offsets(self._options.replay_config, self._coordinator.partitions)
+        self._acquisition.available_now()
 
     # -- between Spark's calls ---------------------------------------------------------
     def _record_settled_between_batches(self) -> None:
@@ -273,29 +269,3 @@ class MicroBatchDriver:
         if (snapshot != self._published and due) or left:
             self.store.progress.append(self._group_id, self._run_id, snapshot, left=left)
             self._published, self._published_at = snapshot, time.monotonic()
-
-    def _explain_empty_start(self) -> None:
-        """A new query whose first acquisitions found nothing while its topics hold records: say once why that may
-        be (a group starting at the log end is the first run's usual surprise), and how to start at the beginning."""
-        if self._told_empty_start:
-            return
-        self._told_empty_start = True
-        starts_at = self._coordinator.starts_at()
-        if starts_at == "earliest":
-            return
-        try:
-            offsets = log_offsets(self._options.replay_config, self._coordinator.partitions, timeout_s=5.0)
-        except ClusterError as error:  # only a hint: a cluster that cannot say fails no query
-            log.debug("group %s: no log offsets to explain an empty start: %s", self._group_id, error)
-            return
-        held = sum(end - start for start, end in offsets.values())
-        if held <= 0:
-            return
-        setting = ("share.auto.offset.reset=latest" if starts_at == "latest"
-                   else "share.auto.offset.reset (latest unless the group sets it; the cluster did not say)")
-        log.warning("group %s acquired nothing for this new query, though %s hold %s records: a share group "
-                    "starting at the log end (%s) gets only records produced after it first fetched, and records "
-                    "delivered to the group before are not delivered again. To read what the topics hold, start a new "
-                    "group with the source option startingOffsets=earliest (it sets share.auto.offset.reset=earliest "
-                    "before the group's first fetch), or move this one with sharegroup reset-offsets",
-                    self._group_id, ", ".join(sorted(self._coordinator.partitions)), f"{held:,}", setting)

@@ -13,7 +13,8 @@ two rules, and an epoch that takes more than they allow says why (``Overrun``):
   more when the limit would leave records waiting past that.
 
 Only a backlog no batch can emit in time any more goes back (a batch that outlived the lock would
-have its records processed twice), and none of it is on its last attempt.
+have its records processed twice), and none of it is on its last attempt. Where batches are slow
+for the lock, every warning gives the same advice (``longer_lock``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from sharegroup_source.kafka.group_configs import GROUP_CONFIG_PREFIX
+from sharegroup_source.kafka.group_configs import GROUP_CONFIG_PREFIX, group_config_command
 
-__all__ = ["LOCK_SHARE", "BatchPace", "Overrun", "Pacing"]
+__all__ = ["LOCK_SHARE", "BatchPace", "Overrun", "Pacing", "longer_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +187,11 @@ class Pacing:
                 f"({GROUP_CONFIG_PREFIX}share.partition.max.record.locks="
                 f"{max(fit // self._partitions, MIN_RECORD_LOCKS)}), or raise maxRecordsPerTrigger to "
                 f"{max(math.ceil(acquisition * period_ms / (LOCK_SHARE * self._lock_ms)), taken):,}")
+
+
+def longer_lock(group_id: str, used_ms: float, lock_ms: int, bootstrap_servers: str) -> str:
+    """How to give a group's records a lock with room for work that took ``used_ms``: twice that, in whole 10 s."""
+    raised = int(-(-max(2 * used_ms, lock_ms + 10_000) // 10_000) * 10_000)
+    return (f"raise the group's share.record.lock.duration.ms (the source option "
+            f"groupConfig.share.record.lock.duration.ms={raised}, or "
+            f"{group_config_command(group_id, 'share.record.lock.duration.ms', raised, bootstrap_servers)})")

@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sharegroup_source.driver.acknowledger import Acknowledger
-from state_store import SourceCounters, StateStore
+from state_store import StateStore
 from state_store.dead_letters import DEAD_LETTERS_SCHEMA
 from state_store.progress import COUNTERS
 from tests.driver_parts import run_context

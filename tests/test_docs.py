@@ -4,28 +4,35 @@ The options reference is ``OPTION_DOCS`` in ``sharegroup_source/options.py``, pu
 ``docs/hooks/options_page.py``: these tests fail when an option the parser reads has no doc line, when a doc
 line strays from one line or from the code's default, and when the README or a page names an option that does not
 exist. The site is built with warnings as errors (broken links and anchors included) and opened in Debian's
-headless Chromium (``make test`` and ``make check`` install it), which must render the home, first-job and options
-pages with their content.
+headless Chromium (``make test`` and ``make check`` install it; one browser for the module, driven through its
+DevTools protocol by ``tests/browser.py``), which must render the home, first-job and options pages with their
+content, find a page by a word typed into the search box both from files and over HTTP, show every code block
+without a horizontal scrollbar at 1280 pixels, and show each public function's signature in the API reference.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
+import inspect
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from html.parser import HTMLParser
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, SourceOptions
+from tests.browser import WINDOW, Chromium
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
@@ -172,44 +179,66 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _rendered(page: Path) -> _Page:
-    """``page`` as headless Chromium renders it (its scripts run), from the file system, with no network."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chromium]:
+    """One headless Chromium for the module's pages, each in a tab of its own, from the file system or over HTTP."""
     if not CHROMIUM.exists():
         if shutil.which("apt-get"):
             pytest.fail(f"{CHROMIUM} is missing: `make chromium` installs Debian's chromium")
         pytest.skip(f"{CHROMIUM} is missing and this machine has no apt-get to install it")
-    with tempfile.TemporaryDirectory(prefix="sharegroup-chromium-") as profile:
-        shown = subprocess.run(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-            capture_output=True, text=True, timeout=120)
-    assert shown.returncode == 0 and "</html>" in shown.stdout, shown.stderr[-3000:]
-    parsed = _Page()
-    parsed.feed(shown.stdout)
-    # Material's script ran: it adds a copy button to each code block
-    assert "md-code__button" in parsed.classes, f"{page.name}: the theme's script did not run"
+    chromium = Chromium(CHROMIUM)
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[str]:
+    """The built site over HTTP on loopback, as ``mkdocs serve`` or any web server shows it: its base URL."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            """Each request unlogged: the test's output stays the test's."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, name="docs-http", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def _rendered(browser: Chromium, page: Path) -> _Page:
+    """``page`` as headless Chromium renders it (its scripts run), from the file system, with no network."""
+    tab = browser.open(page.as_uri())
+    try:
+        # Material's script ran: it adds a copy button to each code block
+        tab.wait_for("document.querySelector('.md-code__button') !== null", f"{page.name}: the theme's script")
+        parsed = _Page()
+        parsed.feed(tab.evaluate("document.documentElement.outerHTML"))
+    finally:
+        tab.close()
     return parsed
 
 
-def test_the_home_page_renders(site: Path):
-    page = _rendered(site / "index.html")
+def test_the_home_page_renders(site: Path, browser: Chromium):
+    page = _rendered(browser, site / "index.html")
     assert page.headings[0] == "sharegroup-source", page.headings
     assert {"Start here", "Guides", "Reference"} <= set(page.headings), page.headings
     assert 'gives Spark queue semantics' in page.plain
     assert 'spark.readStream.format("sharegroup")' in page.plain
 
 
-def test_the_first_job_page_renders(site: Path):
-    page = _rendered(site / "first-job.html")
+def test_the_first_job_page_renders(site: Path, browser: Chromium):
+    page = _rendered(browser, site / "first-job.html")
     assert page.headings[0] == "Your first job on your own topic", page.headings
     assert "5. Check with sharegroup describe" in page.headings, page.headings
     assert "sharegroup describe --group payments-workers --bootstrap-servers $BOOTSTRAP" in page.plain
     assert 'print(f"{len(ids)} rows, {len(set(ids))} distinct payments")' in page.plain
 
 
-def test_the_options_page_renders_a_row_per_option_from_the_code(site: Path):
-    page = _rendered(site / "options.html")
+def test_the_options_page_renders_a_row_per_option_from_the_code(site: Path, browser: Chromium):
+    page = _rendered(browser, site / "options.html")
     assert page.headings[0] == "Options", page.headings
     rows = {row[0]: row[1:] for row in page.rows if len(row) == 4}
     assert rows.pop("option") == ["default", "coordinator", "meaning"]
@@ -219,6 +248,129 @@ def test_the_options_page_renders_a_row_per_option_from_the_code(site: Path):
         assert rows[shown][:2] == [doc.default_shown, doc.coordinator], (doc.name, rows[shown])
         assert rows[shown][2] == " ".join(doc.meaning.replace("`", "").split()), (doc.name, rows[shown])
     assert rows["maxRecordsPerTrigger"][0] == "what the in-flight windows hold"
+
+
+#: A word a reader would look for, and the page that explains it (the Arrow pool's allocator, on the deployment page)
+SEARCH_WORD, SEARCH_PAGE = "jemalloc", "deployment.html"
+
+
+@pytest.mark.parametrize("origin", ["file", "http"])
+def test_the_search_finds_a_page_by_a_word(site: Path, browser: Chromium, served: str, origin: str):
+    """Type a word into the search box of the home page, opened from files or over HTTP, and see a result naming the
+    page. The search runs in a Web Worker that loads the index first: the box is focused (which makes the worker
+    answer once it is ready) and the test waits for that answer before it types: typed earlier, the words would race
+    the index."""
+    tab = browser.open((site / "index.html").as_uri() if origin == "file" else f"{served}index.html")
+    try:
+        box = "document.querySelector('.md-search__input')"
+        meta = "document.querySelector('.md-search-result__meta').textContent.trim()"
+        # focused again while no answer came: a focus before the theme's script listened for it is not seen
+        ready = tab.wait_for(f"{meta} !== 'Initializing search' ? {meta} : ({box}.blur(), {box}.focus(), false)",
+                             "the search index to load")
+        assert ready == "Type to start searching"
+        tab.type(SEARCH_WORD)
+        assert tab.evaluate(f"{box}.value") == SEARCH_WORD
+        # a result for the whole word (each key searches anew): the link highlights the word on the page it names
+        found = tab.wait_for(
+            "[...document.querySelectorAll('a.md-search-result__link')].map(a => new URL(a.href))"
+            f".filter(url => url.pathname.endsWith('/{SEARCH_PAGE}') && url.searchParams.get('h') === '{SEARCH_WORD}')"
+            ".map(url => url.href)", f"a search result on {SEARCH_PAGE} for {SEARCH_WORD!r}")
+        assert re.fullmatch(r"\d+ matching documents?", tab.evaluate(meta)), tab.evaluate(meta)
+        assert all(url.startswith(f"{origin}:") for url in found), found
+    finally:
+        tab.close()
+
+
+def test_no_code_block_scrolls_sideways_at_a_laptops_width(site: Path, browser: Chromium):
+    """Every code block of every page (the examples, the commands' output, the API's signatures) shows whole in a
+    1280-pixel window: long lines wrap, nothing hides behind a horizontal scrollbar."""
+    pages = sorted(path for path in site.rglob("*.html") if path.name != "404.html")
+    assert len(pages) > 20, pages
+    tab = browser.open(pages[0].as_uri())
+    measured, cut = 0, []
+    try:
+        assert tab.evaluate("window.innerWidth") == WINDOW[0]
+        for page in pages:
+            tab.go(page.as_uri())
+            blocks = tab.evaluate("[...document.querySelectorAll('pre > code')].map(code => "
+                                  "[code.scrollWidth - code.clientWidth, code.textContent.split('\\n')[0]])")
+            measured += len(blocks)
+            cut += [f"{page.relative_to(site)}: {hidden} px hidden in the block starting {first[:80]!r}"
+                    for hidden, first in blocks if hidden > 0]
+    finally:
+        tab.close()
+    assert measured > 50, f"only {measured} code blocks found on {len(pages)} pages"
+    assert not cut, "code blocks with a horizontal scrollbar at 1280 px:\n" + "\n".join(cut)
+
+
+#: The public modules (their __all__) and the reference page of each
+REFERENCE = {"sharegroup_source": "sharegroup_source.html", "sharegroup_source.admin": "admin.html",
+             "sharegroup_source.sinks": "sinks.html", "sharegroup_source.errors": "errors.html"}
+
+
+def _documented() -> dict[tuple[str, str], object]:
+    """Every public function and class by (module whose page documents it, name): an exception on the errors page,
+    whichever public module exports it too; anything else on its own module's page."""
+    entries: dict[tuple[str, str], object] = {}
+    for module in REFERENCE:
+        for name in importlib.import_module(module).__all__:
+            value = getattr(importlib.import_module(module), name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                entries["sharegroup_source.errors", name] = value
+            elif callable(value):
+                entries[module, name] = value
+    return entries
+
+
+def test_the_reference_shows_every_public_function_with_its_signature_and_docstring(site: Path, browser: Chromium):
+    """A function or class of the public API has an entry on its module's reference page with a docstring and a
+    signature naming its parameters in order; an exception has an entry with its docstring on the errors page."""
+    entry = """(([module, name]) => {
+        // by its anchor, or by the name its heading shows (DeltaShareConsumer is defined in an internal module)
+        const heading = [...document.querySelectorAll('.doc-heading')].find(h => h.id === `${module}.${name}` ||
+            h.textContent.replace('\u00b6', '').trim() === `${module}.${name}`);
+        if (!heading) return null;
+        const signature = heading.nextElementSibling;
+        return {signature: signature?.classList.contains('doc-signature') ? signature.innerText : null,
+                doc: heading.parentElement.querySelector('.doc-contents')?.innerText.trim() ?? ''};
+    })"""
+    documented = _documented()
+    assert len(documented) > 30 and ("sharegroup_source", "acknowledge") in documented, sorted(documented)
+    tab = browser.open((site / "index.html").as_uri())
+    problems = []
+    try:
+        for module, page in REFERENCE.items():
+            tab.go((site / "reference" / page).as_uri())
+            for (owner, name), value in sorted(documented.items()):
+                if owner != module:
+                    continue
+                shown = tab.evaluate(f"{entry}({[module, name]!r})")
+                if shown is None or not shown["doc"]:
+                    problems.append(f"{page}: {module}.{name} has no entry with a docstring")
+                elif "module's docstring" in shown["doc"] and value.__module__ != module:
+                    problems.append(f"{page}: {module}.{name} sends its reader to the docstring of {value.__module__}, "
+                                    "which no page shows")
+                elif not (isinstance(value, type) and issubclass(value, BaseException)):
+                    problem = _signature_problem(name, inspect.signature(value), shown["signature"] or "")
+                    if problem:
+                        problems.append(f"{page}: {module}.{name}: {problem}")
+    finally:
+        tab.close()
+    assert not problems, "\n".join(problems)
+
+
+def _signature_problem(name: str, signature: inspect.Signature, shown: str) -> str | None:
+    """Why ``shown`` (a signature as the page shows it) is not ``name`` with ``signature``'s parameters, or None."""
+    text = " ".join(shown.split())
+    if not text.startswith(f"{name}("):
+        return f"the signature shown does not start with {name}(: {text!r}"
+    at = 0
+    for parameter in signature.parameters:
+        found = re.compile(rf"(?<![\w.]){re.escape(parameter)}\s*[:=,)]").search(text, at)
+        if found is None:
+            return f"parameter {parameter!r} missing or out of order in {text!r}"
+        at = found.end()
+    return None
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")

@@ -1,21 +1,7 @@
 """Plain Python workers in a Delta-coordinated share group: ``DeltaShareConsumer``.
 
-Shaped like ``confluent_kafka.ShareConsumer`` in explicit acknowledgement mode, so code written
-for a share consumer shares one queue with Spark queries (``coordinator=delta``) on any Kafka
-cluster. A worker is a member of the group as a query's driver is (kind ``worker`` in the
-members table) and makes the driver's calls (``DeltaCoordinator``): a poll locks offset ranges
-in the group's ``share_state`` in one compare-and-swap commit and reads those records from the
-log with a plain consumer (assign + seek); a commit settles every staged acknowledgement in one
-commit. Only Metadata, ListOffsets and Fetch reach Kafka.
-
-Where it differs from ShareConsumer, because the group's state is in Delta:
-
-- the member renews its locks while it lives, so slow processing keeps its records; a worker
-  that dies stops renewing, and its records go to another member after the lock duration;
-- offsets inside the log that hold no record (compaction, transaction markers) are never
-  returned: they are ACCEPTed with the next commit, as a broker archives them;
-- REJECTed records, and records the group archived at its delivery-count limit, are kept in the
-  dead letters table (``dead.letter.location``), as a query keeps them: nobody gets them again.
+How a worker takes part in the group, and where it differs from ``ShareConsumer``, is the class's docstring:
+the API reference shows it.
 """
 
 from __future__ import annotations
@@ -108,7 +94,24 @@ class DeltaMessage:
 
 
 class DeltaShareConsumer:
-    """A worker member of the share group at ``group.location``; see the module's docstring.
+    """A worker member of the share group at ``group.location``.
+
+    Shaped like ``confluent_kafka.ShareConsumer`` in explicit acknowledgement mode, so code written
+    for a share consumer shares one queue with Spark queries (``coordinator=delta``) on any Kafka
+    cluster. A worker is a member of the group as a query's driver is (kind ``worker`` in the
+    members table) and makes the driver's calls (``DeltaCoordinator``): a poll locks offset ranges
+    in the group's ``share_state`` in one compare-and-swap commit and reads those records from the
+    log with a plain consumer (assign + seek); a commit settles every staged acknowledgement in one
+    commit. Only Metadata, ListOffsets and Fetch reach Kafka.
+
+    Where it differs from ShareConsumer, because the group's state is in Delta:
+
+    - the member renews its locks while it lives, so slow processing keeps its records; a worker
+      that dies stops renewing, and its records go to another member after the lock duration;
+    - offsets inside the log that hold no record (compaction, transaction markers) are never
+      returned: they are ACCEPTed with the next commit, as a broker archives them;
+    - REJECTed records, and records the group archived at its delivery-count limit, are kept in the
+      dead letters table (``dead.letter.location``), as a query keeps them: nobody gets them again.
 
     ``config``: ``bootstrap.servers``, ``group.id`` and ``group.location`` (required), the group
     settings ``share.record.lock.duration.ms``, ``share.delivery.count.limit``,

@@ -45,6 +45,7 @@ from sharegroup_source.errors import (
     TlsError,
     WorkerPythonError,
 )
+from sharegroup_source.interrupt import take_ctrl_c
 from sharegroup_source.spark_version import check_spark
 from sharegroup_source.worker_python import check_worker_python, default_worker_python
 
@@ -61,16 +62,20 @@ __all__ = ["AuthenticationError", "AuthorizationError", "BatchInterruptedError",
            "WorkerPythonError", "acknowledge", "check_spark", "register"]
 
 default_worker_python()
+# Ctrl-C on the driver script stops its queries between two batches and says what they committed (interrupt.py)
+take_ctrl_c()
 
 def register(spark: SparkSession) -> None:
     """Register ``format("sharegroup")`` on ``spark``; idempotent, so every notebook cell may call it.
 
     Needed where Spark's discovery cannot see the package: a session that started before the
     install (Spark lists the ``pyspark_*`` modules once per session) or a package only on
-    ``sys.path``. A session that already has the format keeps the one it has. A local session whose
+    ``sys.path``. Ctrl-C on this (main) thread then stops the session's queries between two batches. A session
+    that already has the format keeps the one it has. A local session whose
     Python workers would run a Python without the package is refused (:class:`WorkerPythonError`).
     """
     check_spark(spark.version)
+    take_ctrl_c()
     from sharegroup_source.source import ShareGroupDataSource
 
     if not _is_connect(spark):

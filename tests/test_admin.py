@@ -36,7 +36,7 @@ from sharegroup_source.admin import (
 from sharegroup_source.coordinators.broker.share_client import ShareClient
 from sharegroup_source.errors import GroupNotEmptyError
 from sharegroup_testing.kafka_peers import KafkaUnderTest, wait_for
-from state_store import AckType, SharePartition
+from state_store import AckType, EpochStatus, LedgerEntry, OffsetRange, SharePartition, StateStore
 from state_store.group import GroupStore
 from tests.streams import StreamSetup
 from tests.test_java_member import _share_groups, _table
@@ -429,3 +429,24 @@ def test_a_reset_where_there_is_no_delta_group_says_how_to_name_a_broker_group(t
     code, _, err = _cli(capsys, "reset-offsets", str(tmp_path), "--to-earliest", "--bootstrap-servers", "127.0.0.1:1")
     assert code == 1 and "no share group at" in err, err
     assert "a coordinator=broker group is reset by its id: --group G" in err, err
+
+
+def test_acknowledged_counts_each_offset_once_when_records_came_back(kafka, tmp_path, capsys):
+    """Records RELEASEd (or reset) come back in a later epoch: ACKNOWLEDGED counts the offsets, each once, which
+    never exceed what the log held, not the deliveries acknowledged."""
+    store, group_id = StateStore(str(tmp_path / "state")), kafka.new_group()
+    store.ledger.fence(group_id, "run-0")
+    delivered_twice = tuple((offset, 2) for offset in range(100))
+    epochs = [(1, OffsetRange.of_spans("t", 0, [(0, 99)])),
+              (2, OffsetRange.of_spans("t", 0, [(0, 99)], delivered_twice)),
+              (3, OffsetRange.of_spans("t", 0, [(100, 149)]))]
+    for epoch, offsets in epochs:
+        store.ledger.write_epoch(LedgerEntry(group_id, epoch, (offsets,), "run-0", 0, 30_000, EpochStatus.ACQUIRED))
+    store.ledger.set_statuses(group_id, {1: EpochStatus.ACKED, 2: EpochStatus.ACKED})
+
+    [group] = admin.describe_groups([str(store.location)], bootstrap_servers=kafka.bootstrap_servers)
+    [partition] = group.partitions
+    assert (partition.acknowledged, partition.acquired, partition.max_delivery_count) == (100, 50, 2)
+    _, out, _ = _cli(capsys, "describe", str(store.location), "--bootstrap-servers", kafka.bootstrap_servers)
+    header, row = [line.split() for line in out.split("\n\n")[1].splitlines()[:2]]
+    assert row[header.index("ACKNOWLEDGED")] == "100", out  # the group is unknown to Kafka: code 1, said in a note

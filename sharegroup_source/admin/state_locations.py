@@ -183,8 +183,13 @@ class QueryLedger:
 
 def _ledger_partition(key: Key, entries: Sequence[LedgerEntry], broker: PartitionDescription | None
                       ) -> PartitionDescription:
-    """The broker's share-partition (SPSO, lag, log end), with the ledger's counts of this query's records."""
+    """The broker's share-partition (SPSO, lag, log end), with the ledger's counts of this query's records.
+
+    ACKNOWLEDGED counts offsets, each once: a record delivered again (RELEASEd, its lock run out, the group reset)
+    is in several acknowledged epochs, and a count of deliveries would exceed what the log ever held.
+    """
     counts: Counter[EpochStatus] = Counter()
+    acknowledged: list[tuple[int, int]] = []
     deadlines: list[int] = []
     max_delivery = 0
     for entry in entries:
@@ -192,15 +197,29 @@ def _ledger_partition(key: Key, entries: Sequence[LedgerEntry], broker: Partitio
             if (r.topic, r.partition) != key:
                 continue
             counts[entry.status] += r.record_count
+            if entry.status is EpochStatus.ACKED:
+                acknowledged.extend(r.spans())
             max_delivery = max(max_delivery, 1, *(count for _, count in r.redelivered))
             if entry.status in UNSETTLED and entry.lock_deadline_ms is not None:
                 deadlines.append(entry.lock_deadline_ms)
     base = broker or PartitionDescription(*key, spso=None, speo=None, log_start_offset=None, log_end_offset=None,
                                           lag=None, acquired=None, available=None, acknowledged=None, archived=None,
                                           max_delivery_count=None, oldest_lock_deadline=None)
-    return replace(base, acquired=sum(counts[s] for s in UNSETTLED), acknowledged=counts[EpochStatus.ACKED],
+    return replace(base, acquired=sum(counts[s] for s in UNSETTLED), acknowledged=_offsets_in(acknowledged),
                    max_delivery_count=max_delivery, oldest_lock_deadline=time_of_ms(min(deadlines, default=None)),
                    ack_failed=counts[EpochStatus.ACK_FAILED])
+
+
+def _offsets_in(spans: list[tuple[int, int]]) -> int:
+    """How many offsets the inclusive ``spans`` cover together, an offset in several of them once."""
+    covered, reached = 0, None
+    for start, end in sorted(spans):
+        if reached is not None and start <= reached:
+            start = reached + 1
+        if start <= end:
+            covered += end - start + 1
+            reached = end
+    return covered
 
 
 def read_location(location: str, storage_options: dict[str, str] | None) -> DeltaGroup | QueryLedger | GroupDescription:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from sharegroup_source import DeltaShareConsumer
 from sharegroup_source.coordinators.broker.group_setup import set_up_group as broker_setup
 from sharegroup_source.coordinators.delta.group_setup import set_up_group as delta_setup
 from sharegroup_source.coordinators.delta.member import GroupMember
@@ -88,6 +89,28 @@ def test_starting_offsets_changes_nothing_on_a_group_that_fetched_and_says_so(ka
     target = f"--group {setup.group}" if coordinator == "broker" else str(setup.root / "group")
     assert f"sharegroup reset-offsets {target} --topic {setup.topic} --to-latest" in said[0]
     assert _group_start(setup, coordinator) == "earliest", "the group's start was not changed"
+
+
+def test_starting_offsets_on_a_delta_group_a_worker_started_there_says_so_without_a_warning(kafka, tmp_path, caplog):
+    """A worker (DeltaShareConsumer) joined the new Delta group first, at earliest, and gave back what it took: the
+    query's startingOffsets=earliest is where the group is, which is said at INFO, naming the worker."""
+    setup, _ = _new_setup(kafka, tmp_path, records=40)
+    extra = _delta(setup)
+    config = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": setup.group,
+              "group.location": extra["groupLocation"], "share.auto.offset.reset": "earliest"}
+    with DeltaShareConsumer(config) as worker:
+        worker.subscribe([setup.topic])
+        wait_for(lambda: worker.poll(1), 60, "the worker's first records", interval_s=0)
+    with caplog.at_level(logging.INFO, logger=LOGGERS[1]):
+        assert _drain(setup, 40, startingOffsets="earliest", **extra) == 40
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "startingOffsets=earliest" in r.getMessage()]
+    assert len(said) == 1, said
+    level, line = said[0]
+    print(line)
+    assert level == "INFO" and "already has a position" not in line, said
+    assert line.startswith(f"share group {setup.group} started at earliest already: its first member, a "
+                           "DeltaShareConsumer worker on "), line
+    assert "; as startingOffsets=earliest asks, the query goes on from where the group is" in line, line
 
 
 def _drain(setup: StreamSetup, expected: int, **options: str) -> int:

@@ -129,15 +129,28 @@ def read_group_configs(config: Mapping[str, Any], group: str, timeout_s: float =
     return described
 
 
-def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]], target: str, servers: str) -> str:
+def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]], target: str, servers: str, *,
+                    reset: str | None = None, started_by: str | None = None) -> str:
     """The line a query logs when ``startingOffsets`` meets a group that has fetched already: it changes nothing.
-    ``target`` names the group as ``sharegroup reset-offsets`` takes it (``--group G``, or a Delta group's location)."""
+    ``target`` names the group as ``sharegroup reset-offsets`` takes it (``--group G``, or a Delta group's location).
+
+    ``reset``: the group's own ``share.auto.offset.reset``, where it started; ``started_by``: who started it (its
+    first member, say a worker that joined before the query). A group that started where the option asks is not
+    a fault: the line says so (the caller logs it at INFO), and what to do should the records it delivered since
+    be wanted again."""
     shown = ", ".join(f"{topic}[{partition}]" for topic, partition in fetched[:5])
     more = f" and {len(fetched) - 5} more" if len(fetched) > 5 else ""
     topics = " ".join(f"--topic {topic}" for topic in sorted({topic for topic, _ in fetched}))
-    return (f"share group {group} already has a position in {shown}{more}: startingOffsets={starting} changes "
-            f"nothing, the group goes on from where it is; to move it, stop the group's members and run sharegroup "
-            f"reset-offsets {target} {topics} --to-{starting} --bootstrap-servers {servers} --execute")
+    reset_command = (f"stop the group's members and run sharegroup reset-offsets {target} {topics} --to-{starting} "
+                     f"--bootstrap-servers {servers} --execute")
+    if reset == starting:
+        by = f": {started_by}" if started_by else ""
+        return (f"share group {group} started at {starting} already{by} ({shown}{more}); as startingOffsets="
+                f"{starting} asks, the query goes on from where the group is, and records the group delivered "
+                f"before are not delivered again (to read them again, {reset_command})")
+    started = f" (it started at {reset}{'; ' + started_by if started_by else ''})" if reset else ""
+    return (f"share group {group} already has a position in {shown}{more}{started}: startingOffsets={starting} "
+            f"changes nothing, the group goes on from where it is; to move it, {reset_command}")
 
 
 def asked_by(key: str, starting: str | None) -> str:

@@ -9,6 +9,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.types import StructType
 
 from sharegroup_source.errors import OptionError
+from sharegroup_source.kafka.settings import librdkafka_properties
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import arrow_schema, spark_schema
 
@@ -102,7 +103,6 @@ def test_state_storage_options_reach_delta_and_are_never_printed():
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("kafka.securty.protocol", "SSL", "option 'kafka.securty.protocol': No such configuration property"),
     ("kafka.security.protocol", "bogus", "option 'kafka.security.protocol': Invalid value"),
     ("kafka.socket.timeout.ms", "0", "option 'kafka.socket.timeout.ms'"),
     ("kafka.auto.offset.reset", "earliest", "option 'kafka.auto.offset.reset'"),  # a share consumer refuses it
@@ -114,6 +114,34 @@ def test_kafka_options_are_checked_by_the_client_at_load(key, value, message):
     with pytest.raises(OptionError) as error:
         SourceOptions.parse({**BASE, key: value})
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("kafka.securty.protocol", "unknown Kafka setting 'kafka.securty.protocol' (did you mean "
+                               "'kafka.security.protocol'?)"),
+    ("kafka.bootstrap.server", "unknown Kafka setting 'kafka.bootstrap.server' (did you mean "
+                               "'kafka.bootstrap.servers'?)"),
+    ("kafka.sasl.mechanisim", "unknown Kafka setting 'kafka.sasl.mechanisim' (did you mean 'kafka.sasl.mechanism'?)"),
+    ("kafka.linger.m", "unknown Kafka setting 'kafka.linger.m' (did you mean 'kafka.linger.ms'?)"),
+    ("kafka.no.such.thing", "unknown Kafka setting 'kafka.no.such.thing' (librdkafka, the Kafka client, has no such "
+                            "setting)"),
+])
+def test_a_kafka_setting_librdkafka_lacks_is_named_with_the_nearest_it_has(key, message):
+    """librdkafka says only "No such configuration property": the line names the option and the setting meant,
+    found among librdkafka's own properties (a topic's too, such as linger.ms)."""
+    with pytest.raises(OptionError) as error:
+        SourceOptions.parse({**BASE, key: "SSL"})
+    assert str(error.value) == message
+
+
+def test_librdkafka_lists_its_own_properties():
+    """The list suggestions come from is the running librdkafka's, settings and topic settings alike, without the
+    callbacks and pointers only its C API sets."""
+    properties = librdkafka_properties()
+    assert {"bootstrap.servers", "security.protocol", "sasl.mechanism", "linger.ms", "acks",
+            "share.acknowledgement.mode"} <= set(properties)
+    assert not {"error_cb", "opaque", "dr_msg_cb"} & set(properties)
+    assert len(properties) == len(set(properties)) > 150
 
 
 def test_a_refused_kafka_value_is_not_printed_when_secret():

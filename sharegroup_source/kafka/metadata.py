@@ -2,7 +2,10 @@
 each partition's log starts and ends, a group's start.
 
 A share consumer subscribed to a missing topic, or pointed at a dead address, waits
-silently; users deserve one clear line instead, within a bounded time.
+silently; users deserve one clear line instead, within a bounded time. A query's start asks first whether the
+cluster answers at all (:func:`reach`), before any other request: a refused or unresolvable address is said at
+once from librdkafka's error events (they come within milliseconds, while a request would wait out its timeout),
+so a typo in ``kafka.bootstrap.servers`` is named as such whatever else the options ask of the cluster.
 
 Log offsets are read one way, here (:class:`LogBounds`): the Delta coordinator's acquisitions, the driver's
 AvailableNow end and its hint about an empty start, and the admin's describe and reset all ask ListOffsets on
@@ -19,6 +22,7 @@ leaders mid-stream). The kept client would not do: it kept its stale leader epoc
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -40,9 +44,17 @@ _ASK_AGAIN_S = 0.5
 _LOOK_EVERY_S = 1.0
 #: No broker answered: a wrong address or a cluster down fails at once, not after the transient bound.
 _NO_ANSWER = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+#: How long a query's start waits for a cluster that accepts connections and never answers (a wrong port, a firewall
+#: that drops, a frozen broker): a refused or unresolvable address fails at once. A broker answers in milliseconds.
+REACH_TIMEOUT_S = 8.0
+#: How often :func:`reach` looks at the client's error events while its metadata request waits.
+_REACH_LOOK_S = 0.2
+#: librdkafka's words for a failed connection start with the broker's name and end with the connection's state.
+_BROKER_PREFIX = re.compile(r"^\S+/(?:bootstrap|\d+): ")
+_STATE_SUFFIX = re.compile(r" \(after \d+ms in state \w+\)$")
 
-__all__ = ["Key", "LogBounds", "check_login", "describe_refusal", "group_configs", "group_start", "log_end_offsets",
-           "log_offsets", "partition_counts"]
+__all__ = ["REACH_TIMEOUT_S", "Key", "LogBounds", "check_login", "describe_refusal", "group_configs", "group_start",
+           "has_controller", "log_end_offsets", "log_offsets", "no_share_groups", "partition_counts", "reach"]
 
 #: A topic-partition (a share-partition, to a share group): (topic, partition).
 Key = tuple[str, int]
@@ -112,27 +124,82 @@ def check_login(config: Mapping[str, Any], timeout_s: float) -> None:
     _topics(config, config.get("bootstrap.servers", ""), timeout_s)
 
 
-def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
-    """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout."""
-    refusals = Refusals()
-    # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out
-    admin = AdminClient(admin_config({**config, "error_cb": refusals}, connect_timeout_s=timeout_s))
+def reach(config: Mapping[str, Any], timeout_s: float = REACH_TIMEOUT_S) -> ClusterMetadata:
+    """The cluster's metadata, asked before anything else a query's start asks of it, so that what is wrong with the
+    address is what the error names, whatever the options ask next (group configs, start offsets).
+
+    No broker reachable (every bootstrap server refused the connection, or its name does not resolve) fails at
+    once, in librdkafka's words; a server that accepts connections and never answers fails after ``timeout_s``; a
+    refused login or TLS handshake raises the connector's error for it. A start is no time to wait for a cluster
+    to come back: a running query's calls (:func:`partition_counts`) wait for it instead."""
+    return _topics(config, config.get("bootstrap.servers", ""), timeout_s, look_s=_REACH_LOOK_S, down_fails=True)
+
+
+def has_controller(metadata: ClusterMetadata) -> bool:
+    """Whether ``metadata`` names a live controller: librdkafka sends DescribeConfigs and IncrementalAlterConfigs of a
+    group there and waits for it until the request times out. Apache Kafka always names one of its brokers; the
+    embedded broker (librdkafka's mock cluster) names none of its own, and has no group configs."""
+    return metadata.controller_id in metadata.brokers
+
+
+def no_share_groups(servers: str, reason: str) -> ClusterError:
+    """The error for a cluster that answers, but not as a share group's coordinator (Kafka before 4.2, or one
+    formatted with ``share.version=0``: its ApiVersions still list the share-group APIs, and it refuses them with
+    UNSUPPORTED_VERSION); ``reason``: its own words. A Delta-coordinated group needs no share-group API."""
+    return ClusterError(f"the Kafka cluster at bootstrap.servers={servers} does not support share groups ({reason}): "
+                        "coordinator=broker needs Apache Kafka 4.2+ with share groups enabled (share.version 1+); "
+                        "coordinator=delta serves any Kafka")
+
+
+class _Events:
+    """A client's ``error_cb`` for :func:`_topics`: its refusals, and whether every broker is down and why."""
+
+    def __init__(self) -> None:
+        self.refusals = Refusals()
+        self.unreachable: KafkaError | None = None  # the first failed connection's words
+        self.all_down = False
+
+    def __call__(self, error: KafkaError) -> None:
+        self.refusals(error)
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._RESOLVE) and self.unreachable is None:
+            self.unreachable = error
+        self.all_down = self.all_down or error.code() == KafkaError._ALL_BROKERS_DOWN
+
+    def why_down(self) -> str:
+        """Why no broker could be reached, in librdkafka's words without the broker's name and the state."""
+        words = self.unreachable.str() if self.unreachable is not None else "every broker is down"
+        return _STATE_SUFFIX.sub("", _BROKER_PREFIX.sub("", words))
+
+
+def _topics(config: Mapping[str, Any], servers: str, timeout_s: float, topic: str | None = None, *,
+            look_s: float = _LOOK_EVERY_S, down_fails: bool = False) -> ClusterMetadata:
+    """The cluster's topics (or ``topic`` alone); a refused login or TLS handshake fails at once, not at the timeout,
+    and so does an unreachable cluster with ``down_fails`` (every broker down, as librdkafka's events say)."""
+    events = _Events()
+    # an admin client given the consumer's group.id would print a CONFWARN: admin_config leaves it out. A server that
+    # never answers must not end the connection's setup before the deadline says so (the same line every time).
+    connect_s = timeout_s + 2 * look_s if down_fails else timeout_s
+    admin = AdminClient(admin_config({**config, "error_cb": events}, connect_timeout_s=connect_s))
     deadline = time.monotonic() + timeout_s
     try:
         while True:
             try:
-                return admin.list_topics(topic=topic, timeout=min(_LOOK_EVERY_S, max(deadline - time.monotonic(), 0.1)))
+                return admin.list_topics(topic=topic, timeout=min(look_s, max(deadline - time.monotonic(), 0.1)))
             except KafkaException as exc:
                 error = exc.args[0]
                 admin.poll(0)  # serves the error events: why no broker answered
-                refused = refusal(refusals.first, config) if refusals.first is not None else None
+                refused = refusal(events.refusals.first, config) if events.refusals.first is not None else None
                 if refused is not None:
                     raise refused from None
                 if is_transient(error) and error.code() not in _NO_ANSWER:
                     raise  # answered, with an error of a cluster in motion: the caller asks again
                 if time.monotonic() >= deadline:
+                    said = "no broker answered, though one accepted the connection" if down_fails else error.str()
                     raise ClusterError(f"cannot reach Kafka at bootstrap.servers={servers} within {timeout_s:.0f}s: "
-                                       f"{error.str()}") from None
+                                       f"{said}") from None
+                if down_fails and events.all_down:
+                    raise ClusterError(f"cannot reach Kafka at bootstrap.servers={servers}: "
+                                       f"{events.why_down()}") from None
     finally:
         admin.poll(0)  # its log lines wait in its queue: hand them to the connector's (collapsing) log
 

@@ -10,16 +10,20 @@ settings rather than the connector's. Each gets the connector's log
 (:mod:`sharegroup_source.kafka.client_log`) and only its own kind of settings: an admin client given the
 consumer's ``group.id`` printed a ``CONFWARN`` on every run. The option check builds the same clients the
 source will build, from the same functions, without brokers: a setting a client would refuse on an executor is
-refused on the driver first, naming the ``kafka.`` option.
+refused on the driver first, naming the ``kafka.`` option; a setting librdkafka does not have is named with the
+nearest one it has (:func:`librdkafka_properties`, asked of librdkafka itself).
 """
 
 from __future__ import annotations
 
+import ctypes
+import difflib
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, ShareConsumer
+from confluent_kafka import Consumer, KafkaException, ShareConsumer, cimpl
 
 from sharegroup_source.errors import OptionError
 from sharegroup_source.kafka.client_log import client_log, follow_debug
@@ -27,8 +31,8 @@ from sharegroup_source.redaction import REDACTED, is_scrubbed, is_secret
 
 __all__ = ["CONSUMER_ONLY", "MAX_RECORD_LOCKS", "QUERY_CLIENT_ID", "REPLAY_CONSUME_BATCH", "REPLAY_GROUP_ID",
            "RESERVED", "SHARE_GROUP_ISOLATION", "admin_config", "check_kafka_settings", "consumer_config",
-           "kafka_python_config", "producer_config", "replay_consumer_config", "replay_settings",
-           "share_consumer_config", "share_settings", "with_bootstrap"]
+           "kafka_python_config", "librdkafka_properties", "producer_config", "replay_consumer_config",
+           "replay_settings", "share_consumer_config", "share_settings", "with_bootstrap"]
 
 #: librdkafka settings only consumers read: an admin client or producer given one prints a CONFWARN.
 CONSUMER_ONLY = frozenset({
@@ -208,6 +212,12 @@ _NAMED = (re.compile(r'[Cc]onfiguration property:? "([^"]+)"'), re.compile(r"`([
 #: Complaints that name no setting, by a phrase of theirs.
 _PHRASES = {"SASL mechanism": "sasl.mechanism"}
 _QUOTED_VALUE = re.compile(r'Invalid value ".*?" for')
+#: librdkafka's words for a setting it does not have.
+_NO_SUCH_PROPERTY = "No such configuration property"
+#: How alike a setting must be to one of librdkafka's to be suggested (difflib's ratio).
+_NEAR = 0.8
+#: A row of librdkafka's property table: its name, unless the row is a callback or a pointer (set by the C API).
+_PROPERTY_ROW = re.compile(r"^([a-z][a-z0-9_.]*)\s+\|(?!.*see dedicated API)", re.MULTILINE)
 
 
 def check_kafka_settings(share_config: Mapping[str, str], replay_config: Mapping[str, str],
@@ -241,6 +251,10 @@ def _kafka_message(error: Exception, user: Mapping[str, str]) -> str:
     text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
     text = _QUOTED_VALUE.sub("Invalid value for", text.strip())
     key = _culprit(text, user)
+    if key is not None and _NO_SUCH_PROPERTY in text:
+        close = difflib.get_close_matches(key, librdkafka_properties(), n=1, cutoff=_NEAR)
+        hint = f"did you mean 'kafka.{close[0]}'?" if close else "librdkafka, the Kafka client, has no such setting"
+        return f"unknown Kafka setting 'kafka.{key}' ({hint})"
     if key is None:
         message = f"the kafka.* options are refused by the Kafka client: {text}"
     else:
@@ -262,3 +276,32 @@ def _culprit(text: str, user: Mapping[str, str]) -> str | None:
 
 def _as_written(name: str, user: Mapping[str, str]) -> str:
     return next((key for key in user if key.lower() == name.lower()), name)
+
+
+@functools.cache
+def librdkafka_properties() -> tuple[str, ...]:
+    """The configuration properties of the librdkafka confluent-kafka runs, as librdkafka lists them itself: its
+    property table (``rd_kafka_conf_properties_show``, the source of its CONFIGURATION.md) written to memory through
+    ctypes, since confluent-kafka has no call that lists them, and a list of our own would drift from the library.
+    Empty where the C library cannot be asked so (a C library without ``open_memstream``): a setting librdkafka
+    does not have is then named without a suggestion."""
+    try:
+        library, libc = ctypes.CDLL(cimpl.__file__), ctypes.CDLL(None)
+        libc.open_memstream.restype = ctypes.c_void_p
+        libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.free.argtypes = [ctypes.c_void_p]
+        library.rd_kafka_conf_properties_show.argtypes = [ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return ()
+    buffer, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = libc.open_memstream(ctypes.byref(buffer), ctypes.byref(size))
+    if not stream:
+        return ()
+    library.rd_kafka_conf_properties_show(stream)
+    libc.fclose(stream)
+    try:
+        table = ctypes.string_at(buffer, size.value).decode("utf-8", "replace")
+    finally:
+        libc.free(ctypes.cast(buffer, ctypes.c_void_p))
+    return tuple(dict.fromkeys(_PROPERTY_ROW.findall(table)))

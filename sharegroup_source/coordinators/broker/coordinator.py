@@ -21,7 +21,7 @@ from sharegroup_source.coordinators.broker.handover import HANDOVER_TIMEOUT_S, a
 from sharegroup_source.coordinators.broker.retention import RetentionCheck
 from sharegroup_source.coordinators.broker.share_client import NEEDS, ShareClient
 from sharegroup_source.coordinators.data_loss import DataLoss
-from sharegroup_source.kafka.metadata import group_start
+from sharegroup_source.kafka.metadata import group_start, reach
 from sharegroup_source.kafka.topic_watch import TopicWatch
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS, records_to_arrow
@@ -64,6 +64,7 @@ class BrokerCoordinator:
         releases to the ledger, which the driver reads next); ``handover_timeout_s`` bounds the wait. The
         group's configs the options set are set before the member's first fetch (``startingOffsets`` in the
         query's first run only: the progress table has no run of it yet)."""
+        reach(options.client_config)  # before anything else is asked of it: a wrong address is named as such
         await_previous_member(progress, options.group_id,
                               HANDOVER_TIMEOUT_S if handover_timeout_s is None else handover_timeout_s)
         read = set_up_group(options, first_run=not progress.totals(options.group_id))

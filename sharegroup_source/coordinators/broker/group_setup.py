@@ -6,6 +6,11 @@ Spark's option for where a new query starts; a share group starts once, where it
 ``share.auto.offset.reset`` says when it first fetches a partition, so the option sets that config
 for a group that has never fetched and changes nothing for one that has (moving a group is a reset,
 which Kafka allows only while the group is empty).
+
+The query's join has asked whether the cluster answers at all (``metadata.reach``) before this; where the
+options set the group's configs, the cluster is asked whether it has any: one that has none (the embedded broker
+names no controller to send them to) fails the option at once, naming it, instead of waiting out a request
+nobody answers.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from sharegroup_source.kafka.group_configs import (
     asked_by,
     read_group_configs,
 )
-from sharegroup_source.kafka.metadata import group_configs
+from sharegroup_source.kafka.metadata import group_configs, has_controller, no_share_groups, reach
 from sharegroup_source.kafka.share_protocol import KAFKA_TIMEOUT_S, ShareGroupProtocol
 from sharegroup_source.kafka.share_requests import Failed
 from sharegroup_source.options import SourceOptions
@@ -41,11 +46,18 @@ SETTINGS_READ_TIMEOUT_S = 2.0
 def set_up_group(options: SourceOptions, first_run: bool) -> dict[str, str] | None:
     """Set the group's configs the options ask for (``startingOffsets`` on the query's ``first_run`` only, as Spark
     reads it); returns the group's configs as they are now where they were read (the options asked for something),
-    else None. Refusals raise the connector's one-line errors."""
+    else None. Refusals, an unreachable cluster and one without group configs raise the connector's one-line
+    errors."""
     starting = options.starting_offsets if first_run else None
     if not options.group_configs and starting is None:
         return None
     config, group = options.client_config, options.group_id
+    if not has_controller(reach(config)):
+        option = "startingOffsets" if starting is not None else f"groupConfig.{next(iter(options.group_configs))}"
+        raise ClusterError(f"option '{option}' sets the share group's configs, which the Kafka cluster at "
+                           f"bootstrap.servers={options.bootstrap_servers} does not have (they need Apache Kafka "
+                           "4.2+; the embedded broker has none): drop the option, or set the embedded broker's own "
+                           "(sharegroup broker --auto-offset-reset, --lock-ms)")
     current = read_group_configs(config, group)
     wanted = dict(options.group_configs)
     if starting is not None:
@@ -68,6 +80,8 @@ def _fetched(options: SourceOptions) -> list[tuple[str, int]]:
     if isinstance(answer, Failed):
         if answer.code == "GROUP_ID_NOT_FOUND":  # a group nobody joined yet
             return []
+        if answer.code == "UNSUPPORTED_VERSION":  # the cluster lists the share-group APIs and refuses them
+            raise no_share_groups(options.bootstrap_servers, f"DescribeShareGroupOffsets: {answer}")
         raise ClusterError(f"share group '{options.group_id}': its start offsets could not be read for "
                            f"startingOffsets: {answer}")
     return sorted(key for key, offset in answer.items()

@@ -16,9 +16,8 @@ from typing import Any
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
 
 from sharegroup_source.acks import Ack, AckRun, AckType, runs_of
-from sharegroup_source.errors import ClusterError
 from sharegroup_source.kafka.errors import is_refusal, refusal
-from sharegroup_source.kafka.metadata import partition_counts
+from sharegroup_source.kafka.metadata import no_share_groups, partition_counts
 from sharegroup_source.kafka.settings import MAX_RECORD_LOCKS, consumer_config, share_consumer_config
 from sharegroup_source.redaction import redact
 
@@ -100,10 +99,7 @@ class ShareClient:
         if refused is not None:
             return refused
         if error.code() == KafkaError.UNSUPPORTED_VERSION:
-            return ClusterError(
-                f"the Kafka cluster at bootstrap.servers={self._config.get('bootstrap.servers')} does not "
-                f"support share groups ({error.str()}): it needs Apache Kafka 4.2+ with share groups enabled; "
-                "for other clusters, coordinator=delta is the way forward once it exists")
+            return no_share_groups(str(self._config.get("bootstrap.servers")), error.str())
         return KafkaException(error)
 
     def acknowledge(self, acks: Iterable[Ack]) -> None:

@@ -24,6 +24,7 @@ from sharegroup_source.coordinators.base import Failures, Outcome, Settled
 from sharegroup_source.coordinators.data_loss import DataLoss
 from sharegroup_source.coordinators.delta.group_setup import set_up_group
 from sharegroup_source.coordinators.delta.member import GroupMember, Held, Spans
+from sharegroup_source.kafka.metadata import reach
 from sharegroup_source.options import SourceOptions
 from sharegroup_source.schema import POSITIONS
 from state_store import AckType, OffsetRange
@@ -69,6 +70,7 @@ class DeltaCoordinator:
              handover_timeout_s: float | None = None) -> DeltaCoordinator:
         """Join as ``<query prefix><run id>``; ``take_over`` gives back what the query's earlier runs hold."""
         assert options.group_location is not None, "options require groupLocation with coordinator=delta"
+        reach(options.client_config)  # before anything else is asked of it: a wrong address is named as such
         group = GroupStore.open(options.group_location, options.group_id, {},
                                 storage_options=dict(options.storage_options))
         set_up_group(group, options, first_run=not progress.totals(options.group_id))

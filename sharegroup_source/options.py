@@ -1,8 +1,8 @@
 """The source's options: parsed once, validated at ``load()``, never printed with secrets.
 
 Every failure names the option at fault, because a data engineer reads the message in a
-notebook cell far from the code that set it. ``OPTION_DOCS`` gives each option its one line of
-meaning and its default: the documentation's options page is generated from it.
+notebook cell far from the code that set it. Which options exist, their defaults and their lines on the options
+page are ``sharegroup_source/option_names.py``'s.
 """
 
 from __future__ import annotations
@@ -26,18 +26,24 @@ from sharegroup_source.kafka.settings import (
     replay_settings,
     share_settings,
 )
-from sharegroup_source.locations import STORAGE_PREFIX, resolve_location, storage_options_of
+from sharegroup_source.locations import resolve_location, storage_options_of
+from sharegroup_source.option_names import (
+    COORDINATORS,
+    DEFAULT_LOCK_DURATION_MS,
+    DEFAULT_MAX_BYTES_PER_PARTITION,
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    DEFAULT_POLL_TIMEOUT_MS,
+    DOCUMENTED,
+    KAFKA_PREFIX,
+    LEGACY_GROUP_SETTINGS,
+    POLL_TIMEOUT_MAX_MS,
+    STARTING_OFFSETS,
+    refuse_unknown,
+)
 from sharegroup_source.redaction import redact, redact_location
 
-__all__ = ["LEGACY_GROUP_SETTINGS", "OPTION_DOCS", "STARTING_OFFSETS", "OptionDoc",
-           "SourceOptions", "StateOptions"]
+__all__ = ["SourceOptions", "StateOptions"]
 
-COORDINATORS = ("broker", "delta")
-#: Where a new share group starts: Spark's Kafka source's option and values.
-STARTING_OFFSETS = ("earliest", "latest")
-#: The Delta coordinator's group settings as they were spelt before ``groupConfig.*``: still taken with
-#: coordinator=delta (a query started by an earlier release keeps its options), refused with the new name otherwise.
-LEGACY_GROUP_SETTINGS = DELTA_GROUP_CONFIGS
 #: The Delta group's settings that are positive integers (the fourth, share.auto.offset.reset, is a word).
 _INTEGER_SETTINGS = DELTA_GROUP_CONFIGS[:3]
 #: Options the Delta coordinator has no use for, and what to use instead.
@@ -46,112 +52,8 @@ _NOT_WITH_DELTA = {
     "maxbytespertrigger": "executors read the records, so the driver does not see their size; "
                           "use maxRecordsPerTrigger",
 }
-_KAFKA_PREFIX = "kafka."
 _INT32_MAX = 2**31 - 1  # librdkafka's and Spark's integer settings end here
 _INT64_MAX = 2**63 - 1
-#: Spark warns of every task above 1000 KiB (TaskSetManager's TASK_SIZE_TO_WARN_KIB, not a setting); a task adds a few
-#: KiB of its own to its partition's bytes (the reader's pickled read function)
-DEFAULT_MAX_BYTES_PER_PARTITION = 960 * 1024
-DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
-DEFAULT_POLL_TIMEOUT_MS = 1_000
-#: Kafka's default share.record.lock.duration.ms
-DEFAULT_LOCK_DURATION_MS = 30_000
-#: One poll blocks Spark's latestOffset call; longer than a minute the query looks hung, and the
-#: previous epoch's locks (30 s by default) run out while the driver waits.
-_POLL_TIMEOUT_MAX_MS = 60_000
-
-
-@dataclass(frozen=True)
-class OptionDoc:
-    """One option as the options page shows it: its name as a user writes it, one line of meaning, its default."""
-
-    name: str
-    meaning: str
-    #: the value the option takes when it is left out, as parsed (None: no value)
-    default: int | bool | str | None = None
-    #: what leaving it out means, where ``default`` is None
-    unset: str = "unset"
-    required: bool = False
-    #: the coordinator it applies to: "broker", "delta" or "both"
-    coordinator: str = "both"
-    #: the ``SourceOptions`` field the option fills
-    attribute: str = ""
-
-    @property
-    def default_shown(self) -> str:
-        """The default as the options page prints it."""
-        if self.required:
-            return "required"
-        if self.default is None:
-            return self.unset
-        if isinstance(self.default, bool):
-            return str(self.default).lower()
-        if isinstance(self.default, int) and self.default >= 1024 and self.default % 1024 == 0:
-            return f"{self.default} ({self.default // 1024} KiB)"
-        return str(self.default)
-
-
-#: Every option of format("sharegroup"), in the order the options page lists them. One line of meaning each;
-#: measurements belong on the benchmarks page. tests/test_docs.py fails when an option the parser reads is missing.
-OPTION_DOCS: tuple[OptionDoc, ...] = (
-    OptionDoc("kafka.bootstrap.servers", "The Kafka cluster, `host:port` pairs separated by commas (Kafka 4.2+ with "
-              "share groups for `coordinator=broker`).", required=True, attribute="bootstrap_servers"),
-    OptionDoc("kafka.group.id", "The share group; the query is one member of it. Taken exactly as written.",
-              required=True, attribute="group_id"),
-    OptionDoc("subscribe", "The topics, separated by commas.", required=True, attribute="topics"),
-    OptionDoc("stateLocation", "Path or URI of this query's Delta state, one per checkpoint.", required=True,
-              attribute="state_location"),
-    OptionDoc("checkpointLocation", "The query's own checkpoint (the sink's): acknowledgements follow Spark's commits "
-              "at once. Needed on Spark 4.0 and 4.1.", attribute="checkpoint_location"),
-    OptionDoc("coordinator", "Who holds the locks: `broker` (the Kafka broker's share group) or `delta` (a Delta "
-              "table at `groupLocation`).", default=COORDINATORS[0], attribute="coordinator"),
-    OptionDoc("groupLocation", "Path or URI of the share group's Delta state, the same for every member. Required "
-              "with `coordinator=delta`.", coordinator="delta", attribute="group_location"),
-    OptionDoc("startingOffsets", "`earliest` or `latest`: where a group that never fetched starts. Changes nothing "
-              "for a group that fetched.", unset="as the group is configured", attribute="starting_offsets"),
-    OptionDoc(f"{GROUP_CONFIG_PREFIX}*", "A share group's config, such as "
-              f"`{GROUP_CONFIG_PREFIX}share.delivery.count.limit`, set at start where the group's value differs.",
-              unset="the group's", attribute="group_configs"),
-    OptionDoc("maxRecordsPerTrigger", "Records per micro-batch, the rest acquired for the next ones; soft: a batch "
-              "takes more rather than let records outlive their lock (below the table).",
-              unset="what the in-flight windows hold",
-              attribute="max_records_per_trigger"),
-    OptionDoc("maxRecordsPerPartition", "Records per Spark task. Lower it for parallelism when each record costs "
-              "the sink real work.", default=DEFAULT_MAX_RECORDS_PER_PARTITION, attribute="max_records_per_partition"),
-    OptionDoc("maxBytesPerTrigger", "Key, value and header bytes per micro-batch; the rest stays acquired for the "
-              "next ones. Soft, as `maxRecordsPerTrigger` is.",
-              unset="unbounded", coordinator="broker", attribute="max_bytes_per_trigger"),
-    OptionDoc("maxBytesPerPartition", "Compressed bytes of records per Spark task, below Spark's 1000 KiB task-size "
-              "warning; a larger record gets a task alone.", default=DEFAULT_MAX_BYTES_PER_PARTITION,
-              attribute="max_bytes_per_partition"),
-    OptionDoc("includeHeaders", "Adds the `headers` column.", default=False, attribute="include_headers"),
-    OptionDoc("failOnDataLoss", "Fail when retention or DeleteRecords removed records before the query read "
-              "them; `false` goes on without them, logged once and counted in `lost_unread`.",
-              default=True, attribute="fail_on_data_loss"),
-    OptionDoc("pollTimeoutMs", f"How long one poll waits for records, at most {_POLL_TIMEOUT_MAX_MS}.",
-              default=DEFAULT_POLL_TIMEOUT_MS, attribute="poll_timeout_ms"),
-    OptionDoc("lockDurationMs", "The group's lock duration where the cluster does not say it (a broker without "
-              "group configurations): how long acquired records wait for a batch, and lock-headroom warnings.",
-              default=DEFAULT_LOCK_DURATION_MS, coordinator="broker",
-              attribute="lock_duration_ms"),
-    OptionDoc("maxDeliveries", "A record delivered more often is rejected into the dead letters instead of "
-              "emitted. Keep it below the group's `share.delivery.count.limit`.", attribute="max_deliveries"),
-    OptionDoc("deadLetterLocation", "Path or URI of the `dead_letters` table.", unset="under stateLocation",
-              attribute="dead_letter_location"),
-    OptionDoc("stateStorage.*", "delta-rs storage options for the locations on object stores (credentials, "
-              "endpoint). Never printed.", attribute="storage_options"),
-    OptionDoc(f"{_KAFKA_PREFIX}*", "librdkafka settings, passed to the Kafka client unchanged (security "
-              "included). Never printed.", attribute="kafka"),
-)
-_DOCUMENTED = tuple(doc.name for doc in OPTION_DOCS)
-_KNOWN = {name.lower() for name in _DOCUMENTED if not name.endswith(".*")}
-#: What follows a family's prefix, as a suggestion names it
-_PLACEHOLDER = {GROUP_CONFIG_PREFIX[:-1]: "<config>", _KAFKA_PREFIX[:-1]: "<setting>"}
-#: Spark's Kafka source's options (format("kafka")) a share group says another way, lower-cased: the way it says them
-_SPARK_KAFKA_OPTIONS = {"maxoffsetspertrigger": "maxRecordsPerTrigger", "groupidprefix": "kafka.group.id",
-                        "kafkaconsumer.polltimeoutms": "pollTimeoutMs", "subscribepattern": "subscribe",
-                        "assign": "subscribe", "startingoffsetsbytimestamp": "startingOffsets",
-                        "startingtimestamp": "startingOffsets"}
 
 
 @dataclass(frozen=True)
@@ -212,12 +114,12 @@ class SourceOptions:
         # Spark hands Python data sources a case-insensitive map; keep the user's spelling of
         # kafka.* keys (librdkafka is case-sensitive) and compare the rest lowercased.
         lowered = {key.lower(): value for key, value in options.items()}
-        kafka = _prefixed(options, _KAFKA_PREFIX)
+        kafka = _prefixed(options, KAFKA_PREFIX)
         for key in kafka:
             if key.lower() in RESERVED:
                 raise OptionError(f"option 'kafka.{key}' is managed by the sharegroup source; remove it")
         refuse_java_settings(kafka)  # before librdkafka, whose complaint names no option
-        _refuse_unknown(options)
+        refuse_unknown(options)
 
         bootstrap = _required(lowered, "kafka.bootstrap.servers")
         state = StateOptions.parse(options)
@@ -244,7 +146,7 @@ class SourceOptions:
             dead_letter_location=_optional_delta_location(lowered, "deadLetterLocation"),
             fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
             coordinator=coordinator,
-            poll_timeout_ms=_positive(lowered, "pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, maximum=_POLL_TIMEOUT_MAX_MS),
+            poll_timeout_ms=_positive(lowered, "pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, maximum=POLL_TIMEOUT_MAX_MS),
             lock_duration_ms=_positive(lowered, "lockDurationMs", DEFAULT_LOCK_DURATION_MS),
             checkpoint_location=_optional_location(lowered, "checkpointLocation"),
             group_location=group_location,
@@ -314,7 +216,7 @@ def _coordinator_options(coordinator: str, options: Mapping[str, Any], kafka: Ma
         return None
     for name, instead in _NOT_WITH_DELTA.items():
         if options.get(name) is not None:
-            shown = next(o for o in _DOCUMENTED if o.lower() == name)
+            shown = next(o for o in DOCUMENTED if o.lower() == name)
             raise OptionError(f"option '{shown}' does not apply with coordinator=delta: {instead}")
     if any(key.lower() == "auto.offset.reset" for key in kafka):
         raise OptionError("option 'kafka.auto.offset.reset' does not apply with coordinator=delta: where a new "
@@ -383,41 +285,6 @@ def _starting_offsets(options: Mapping[str, Any], configs: Mapping[str, str]) ->
         raise OptionError("options 'startingOffsets' and 'groupConfig.share.auto.offset.reset' both set where the "
                           "group starts: keep one (startingOffsets changes only a group that never fetched)")
     return text
-
-
-def _refuse_unknown(options: Mapping[str, Any]) -> None:
-    """An option the source does not know, named as it reached the source, with the closest known one in its
-    documented spelling. Spark hands a Python data source its option names lower-cased (its CaseInsensitiveMap on the
-    JVM, pyspark's CaseInsensitiveDict in the worker): the user's own spelling does not reach the source."""
-    prefixes = (_KAFKA_PREFIX, STORAGE_PREFIX, GROUP_CONFIG_PREFIX.lower(), *LEGACY_GROUP_SETTINGS)
-    unknown = sorted(key for key in options if not key.lower().startswith(prefixes) and key.lower() not in _KNOWN)
-    if not unknown:
-        return
-    closest = {key: _closest(key) for key in unknown}
-    said = ", ".join(f"{key!r}" + (f" (did you mean {close}?)" if close else "") for key, close in closest.items())
-    # every name lower-cased, the required stateLocation's too: the options came through Spark, so say why a name
-    # is shown in another case than the one suggested
-    spark = all(key == key.lower() for key in options) and any(closest.values())
-    lowered = "; Spark passes option names lower-cased" if spark else ""
-    raise OptionError(f"unknown option{'s' if len(unknown) > 1 else ''} {said}{lowered}; sharegroup options: "
-                      f"{', '.join(sorted(_DOCUMENTED))}")
-
-
-def _closest(key: str) -> str | None:
-    """The known option ``key`` was probably meant to be, as the documentation spells it (None: nothing close)."""
-    lowered = key.lower()
-    if lowered in _SPARK_KAFKA_OPTIONS:
-        return _SPARK_KAFKA_OPTIONS[lowered]
-    names = {name.lower(): name for name in _DOCUMENTED if not name.endswith(".*")}
-    close = difflib.get_close_matches(lowered, names, n=1, cutoff=0.75)
-    if close:
-        return names[close[0]]
-    # a family's prefix misspelt or without its dot: groupconfigs.share.delivery.count.limit, statestorage
-    head, dot, rest = key.partition(".")
-    for family in (name[:-2] for name in _DOCUMENTED if name.endswith(".*")):
-        if difflib.SequenceMatcher(None, head.lower(), family.lower()).ratio() >= 0.8:
-            return f"{family}.{rest if dot else _PLACEHOLDER.get(family, '<key>')}"
-    return None
 
 
 def _prefixed(options: Mapping[str, Any], prefix: str) -> dict[str, str]:

@@ -18,7 +18,8 @@ from confluent_kafka import KafkaException, Producer
 from pyspark.errors import PySparkException
 
 from sharegroup_source.errors import OptionError
-from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, SourceOptions
+from sharegroup_source.option_names import LEGACY_GROUP_SETTINGS, OPTION_DOCS
+from sharegroup_source.options import SourceOptions
 from sharegroup_testing.kafka_peers import KafkaUnderTest
 from tests.streams import StreamSetup
 
@@ -198,8 +199,8 @@ def _starting_offsets(value: str) -> bool:
     return not value.strip() or value.strip().lower() in ("earliest", "latest")
 
 
-#: Every documented option (the options page, generated from sharegroup_source.options.OPTION_DOCS) with its validity
-#: rule; a family (kafka.*, stateStorage.*, groupConfig.*) by a member of it.
+#: Every documented option (the options page, generated from option_names.OPTION_DOCS) with its validity rule;
+#: a family (kafka.*, stateStorage.*, groupConfig.*) by a member of it.
 DOCUMENTED: dict[str, Verdict] = {
     "kafka.bootstrap.servers": _text, "kafka.group.id": _group_id, "subscribe": _topics, "stateLocation": _text,
     "maxRecordsPerTrigger": _positive, "maxRecordsPerPartition": _positive, "includeHeaders": _boolean,

@@ -1,6 +1,6 @@
 """The documentation site: the options page generated from the code, and the built site as a browser shows it.
 
-The options reference is ``OPTION_DOCS`` in ``sharegroup_source/options.py``, put on the page at build time by
+The options reference is ``OPTION_DOCS`` in ``sharegroup_source/option_names.py``, put on the page at build time by
 ``docs/hooks/options_page.py``: these tests fail when an option the parser reads has no doc line, when a doc
 line strays from one line or from the code's default, and when the README or a page names an option that does not
 exist. The site is built with warnings as errors (broken links and anchors included) and opened in Debian's
@@ -31,7 +31,8 @@ from types import ModuleType
 
 import pytest
 
-from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, SourceOptions
+from sharegroup_source.option_names import LEGACY_GROUP_SETTINGS, OPTION_DOCS
+from sharegroup_source.options import SourceOptions
 from tests.browser import WINDOW, Chromium
 
 ROOT = Path(__file__).parents[1]

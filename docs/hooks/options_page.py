@@ -1,4 +1,4 @@
-"""mkdocs hook: the options page's table, generated at build time from ``sharegroup_source.options.OPTION_DOCS``.
+"""mkdocs hook: the options page's table, generated at build time from ``sharegroup_source.option_names.OPTION_DOCS``.
 
 docs/options.md holds the page's prose and a marker line; the build puts the table where the marker is, so
 the page and the parser read one list of options and cannot drift. A page without the marker fails the build.
@@ -11,12 +11,12 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 
 from sharegroup_source.kafka.settings import RESERVED
-from sharegroup_source.options import LEGACY_GROUP_SETTINGS, OPTION_DOCS, OptionDoc
+from sharegroup_source.option_names import LEGACY_GROUP_SETTINGS, OPTION_DOCS, OptionDoc
 
 PAGE = "options.md"
 #: what follows a family's prefix: kafka.<setting>, groupConfig.<config>, stateStorage.<key>
 _PLACEHOLDER = {"kafka": "<setting>", "groupConfig": "<config>"}
-MARKER = "<!-- options: generated from sharegroup_source/options.py (OPTION_DOCS) by docs/hooks/options_page.py -->"
+MARKER = "<!-- options: generated from sharegroup_source/option_names.py (OPTION_DOCS) by docs/hooks -->"
 
 
 def anchor(doc: OptionDoc) -> str:

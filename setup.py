@@ -75,6 +75,9 @@ setup(
             "mkdocs-material>=9.8,<10",
             "mkdocstrings>=1.0,<2",
             "mkdocstrings-python>=2.0,<3",
+            # tests/browser.py drives Chromium over its DevTools protocol with tornado's websocket client, until now
+            # only here through ipykernel: named so that the browser tests do not hang on another package's needs
+            "tornado>=6.4,<7",
         ],
         "delta-spark": ["delta-spark==4.4.0"],
         # the documentation site (mkdocs.yml; `mkdocs serve`, `mkdocs build --strict`)

@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from sharegroup_source.spark_logging import drop_cancel_warning, quiet_stop_noise
+
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["on_sigint", "take_ctrl_c"]
@@ -40,12 +41,6 @@ BATCH_PATIENCE_S = 120.0
 EXIT_STATUS = 128 + signal.SIGINT
 #: Spark's status message while a micro-batch's jobs run (MicroBatchExecution)
 RUNNING_A_BATCH = "Processing new data"
-#: Spark's and Hadoop's warnings at a stop between two batches, each about the stop itself: the query's job group
-#: has no job left to cancel; the stop's interrupt ended the chmod of a checkpoint file; the batch in progress,
-#: which the stop waited for, ran past its trigger
-STOP_NOISE = ("org.apache.spark.scheduler.DAGScheduler", "org.apache.hadoop.util.Shell",
-              "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
-              "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")
 _SPARK_CONTEXT_MODULE = "pyspark.core.context"
 #: pyspark's handler, by name: ``SparkContext._do_init`` defines it as a local function
 _SPARKS_HANDLER = "SparkContext._do_init.<locals>.signal_handler"
@@ -65,7 +60,8 @@ _STATE = _Interrupt()
 
 
 def take_ctrl_c() -> None:
-    """Make Ctrl-C on this process's main thread stop its streaming queries cleanly (:func:`on_sigint`).
+    """Make Ctrl-C on this process's main thread stop its streaming queries cleanly (:func:`on_sigint`), and
+    every SparkContext's clean stops quiet (``spark_logging.drop_cancel_warning``).
 
     Only on the main thread of a process where Ctrl-C still means Python's KeyboardInterrupt or pyspark's
     cancel: Spark's Python workers ignore SIGINT, and a script's own handler stays.
@@ -76,6 +72,8 @@ def take_ctrl_c() -> None:
     context = sys.modules.get(_SPARK_CONTEXT_MODULE)
     if context is not None:
         _follow_spark_contexts(context)
+        if _active_context() is not None:
+            drop_cancel_warning(_active_context())
     elif not any(isinstance(finder, _WhenSparkLoads) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WhenSparkLoads())
 
@@ -87,7 +85,8 @@ def _replace_default_handler() -> None:
 
 
 def _follow_spark_contexts(context: ModuleType) -> None:
-    """Take Ctrl-C back after every SparkContext's start, which installs pyspark's handler."""
+    """Take Ctrl-C back after every SparkContext's start, which installs pyspark's handler; drop the context's
+    warning at every clean stop."""
     spark_context: Any = context.SparkContext
     start = spark_context.__init__
     if getattr(start, "_takes_ctrl_c", False):
@@ -96,6 +95,7 @@ def _follow_spark_contexts(context: ModuleType) -> None:
     @functools.wraps(start)
     def started(self: Any, *args: Any, **kwargs: Any) -> None:
         start(self, *args, **kwargs)
+        drop_cancel_warning(self)
         if threading.current_thread() is threading.main_thread():
             _replace_default_handler()
 
@@ -174,7 +174,7 @@ def _stop_queries(say: Callable[[str], None] = _say) -> None:
             spark.sparkContext.cancelAllJobs()
             return
         say(f"sharegroup: Ctrl-C: stopping {_named(queries)} after the batch in progress (Ctrl-C again: exit now)")
-        _quiet_stop_noise(spark)
+        quiet_stop_noise(spark.sparkContext)
         for query in queries:
             _stop_between_batches(query)
             say(f"sharegroup: stopped {_named([query])}: {_committed(query)}")
@@ -198,7 +198,8 @@ def _stop_between_batches(query: StreamingQuery, patience_s: float = BATCH_PATIE
 
     Back-to-back batches (``availableNow``, a trigger that fell behind) leave the trigger idle for too short a time
     to see, but a stop while the stream thread plans the next batch only ends it: the source's call in progress
-    returns, and the interrupt ends the write of the offset log (:data:`STOP_NOISE` quiets Hadoop's warning).
+    returns, and the interrupt ends the write of the offset log (``spark_logging.STOP_NOISE`` quiets Hadoop's
+    warning).
     """
     deadline = time.monotonic() + patience_s
     while query.isActive and time.monotonic() < deadline:
@@ -224,22 +225,6 @@ def _committed(query: StreamingQuery) -> str:
         return "no batch of this run was committed; the next start takes what the group still holds"
     return (f"batch {last} was the last committed; what later batches held goes back to the share group, and the "
             f"next start goes on from there")
-
-
-def _quiet_stop_noise(spark: SparkSession) -> None:
-    """The loggers of :data:`STOP_NOISE` go to ERROR: the script is stopping, and their warnings say only that.
-
-    Spark's own DAGScheduler warns ``Failed to cancel job group`` at every clean stop, Ctrl-C or not; the quiet
-    log4j2 configuration the package ships (``sharegroup_source/conf/log4j2.properties``) keeps it out for good.
-    """
-    try:
-        jvm: Any = spark.sparkContext._jvm
-        log4j = jvm.org.apache.logging.log4j
-        for name in STOP_NOISE:
-            if not log4j.LogManager.getLogger(name).getLevel().isMoreSpecificThan(log4j.Level.ERROR):
-                log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
-    except Exception:  # Spark Connect, or a logging backend other than log4j 2: the lines stay, as documented
-        return
 
 
 def _in_py4j(frame: FrameType | None) -> bool:

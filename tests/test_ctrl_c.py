@@ -65,6 +65,11 @@ from sharegroup_source.sinks import DeltaBatchWriter
 options, home = json.loads(sys.argv[1]), Path(sys.argv[2])
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+# what Spark's DAGScheduler says at every clean stop, and another of its warnings
+scheduler = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger(
+    "org.apache.spark.scheduler.DAGScheduler")
+scheduler.warn("Failed to cancel job group 0d5a. Cannot find active jobs for it.")
+scheduler.warn("Another warning of the DAGScheduler")
 query = (spark.readStream.format("sharegroup").options(**options).load().writeStream
          .foreachBatch(held(DeltaBatchWriter(str(home / "sink"), app_id="ctrl-c")))
          .option("checkpointLocation", options["checkpointLocation"]).trigger(processingTime="2 seconds").start())
@@ -135,6 +140,10 @@ def test_ctrl_c_inside_a_batch_prints_a_few_lines_and_the_next_start_is_exactly_
     stopped = [line for line in lines if line.startswith("sharegroup: stopped query")]
     assert len(stopped) == 1 and "batch 0 was the last committed" in stopped[0], said
     assert child.returncode == 0, said
+    everything = console.read_text(errors="replace")
+    assert "Failed to cancel job group" not in everything, everything[-3000:]
+    # the bare script logs Spark's stop warning itself, and another one, through Spark's default log4j2 profile
+    assert ("Another warning of the DAGScheduler" in everything) == (shape == "bare"), everything[-3000:]
     first_run = _sink_values(setup)
     assert sum(first_run.values()) == PER_BATCH, f"the first run committed {sum(first_run.values())} records"
 

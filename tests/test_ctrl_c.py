@@ -144,8 +144,8 @@ def test_ctrl_c_inside_a_batch_prints_a_few_lines_and_the_next_start_is_exactly_
     assert "Failed to cancel job group" not in everything, everything[-3000:]
     # the bare script logs Spark's stop warning itself, and another one, through Spark's default log4j2 profile
     assert ("Another warning of the DAGScheduler" in everything) == (shape == "bare"), everything[-3000:]
-    first_run = _sink_values(setup)
-    assert sum(first_run.values()) == PER_BATCH, f"the first run committed {sum(first_run.values())} records"
+    committed = sum(_sink_values(setup).values())  # batch 0, which the stop let finish: a first poll may bring less
+    assert 0 < committed <= PER_BATCH, f"the first run committed {committed} records"
 
     # the same query again, in this session: it goes on from batch 0 and takes the rest
     restart = {**options, "checkpointLocation": str(setup.checkpoint)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import signal
 import sys
@@ -110,19 +111,29 @@ class _WhenSparkLoads(importlib.abc.MetaPathFinder):
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _SPARK_CONTEXT_MODULE:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader: Any = spec.loader
-        load = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            load(module)
-            _follow_spark_contexts(module)
-
-        loader.exec_module = exec_module
+        sys.meta_path.remove(self)  # found by the finders that would have found it
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Following(spec.loader)
         return spec
+
+
+class _Following(importlib.abc.Loader):
+    """pyspark's loader of its context module (a file, or pyspark.zip's importer under spark-submit, which loads
+    every other module of the zip too: it is wrapped here, not changed), then :func:`_follow_spark_contexts`."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _follow_spark_contexts(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, resource readers: the loader's own
+        return getattr(self._loader, name)
 
 
 def on_sigint(_signum: int, frame: FrameType | None) -> None:

@@ -13,6 +13,7 @@ committed, while the main thread waits in the handler: ``awaitTermination()`` th
 ``query.stop()``, and the script goes on to its end with a sane Py4J connection (an exception raised in the
 call would leave its answer unread, for the script's next call to take as its own). A second Ctrl-C exits at
 once, with 130. A handler the script installs itself after that (as ``examples/demo.py`` does) is left alone.
+Each SparkContext followed so also has Spark's warning at every clean stop dropped (``spark_logging``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +169,7 @@ def _say(line: str) -> None:
     os.write(2, f"{line}\n".encode())
 
 
-def _stop_queries(say: Callable[[str], None] = _say) -> None:
+def _stop_queries() -> None:
     """Stop every active query of the session after its batch in progress, and say what each committed.
 
     A query stopped inside a batch has its Spark jobs cancelled, and Spark prints what the cancel broke (a
@@ -184,14 +185,14 @@ def _stop_queries(say: Callable[[str], None] = _say) -> None:
         if not queries:
             spark.sparkContext.cancelAllJobs()
             return
-        say(f"sharegroup: Ctrl-C: stopping {_named(queries)} after the batch in progress (Ctrl-C again: exit now)")
+        _say(f"sharegroup: Ctrl-C: stopping {_named(queries)} after the batch in progress (Ctrl-C again: exit now)")
         quiet_stop_noise(spark.sparkContext)
         for query in queries:
             _stop_between_batches(query)
-            say(f"sharegroup: stopped {_named([query])}: {_committed(query)}")
+            _say(f"sharegroup: stopped {_named([query])}: {_committed(query)}")
         _STATE.stopped_queries = True
     except Exception as error:  # the session went away meanwhile
-        say(f"sharegroup: Ctrl-C: the stop did not finish ({type(error).__name__}: {str(error).splitlines()[0]})")
+        _say(f"sharegroup: Ctrl-C: the stop did not finish ({type(error).__name__}: {str(error).splitlines()[0]})")
 
 
 def _active_context() -> object | None:
@@ -221,19 +222,26 @@ def _stop_between_batches(query: StreamingQuery, patience_s: float = BATCH_PATIE
     query.stop()
 
 
-def _batch_id(query: StreamingQuery) -> int | None:
-    progress = query.lastProgress
-    return None if progress is None else int(progress["batchId"])
+def _last_committed(query: StreamingQuery) -> int | None:
+    """The id of the last batch the query ran to its commit, from its recent progress.
+
+    A trigger that found no data reports progress too, under the id of the batch still to come: a batch that ran
+    is told by its ``addBatch`` duration.
+    """
+    for progress in reversed(query.recentProgress):
+        if "addBatch" in progress.get("durationMs", {}):
+            return int(progress["batchId"])
+    return None
 
 
 def _committed(query: StreamingQuery) -> str:
-    """What a restart goes on from, in words: the last batch the query finished (its progress), if any."""
+    """What a restart goes on from, in words: the last batch the query committed, if its progress names one."""
     exception = query.exception()
     if exception is not None:
         return f"it had failed: {str(exception).splitlines()[0]}"
-    last = _batch_id(query)
+    last = _last_committed(query)
     if last is None:
-        return "no batch of this run was committed; the next start takes what the group still holds"
+        return "its recent progress names no committed batch; the next start goes on from its checkpoint"
     return (f"batch {last} was the last committed; what later batches held goes back to the share group, and the "
             f"next start goes on from there")
 

@@ -108,9 +108,27 @@ def test_starting_offsets_on_a_delta_group_a_worker_started_there_says_so_withou
     level, line = said[0]
     print(line)
     assert level == "INFO" and "already has a position" not in line, said
-    assert line.startswith(f"share group {setup.group} started at earliest already: its first member, a "
+    assert line.startswith(f"share group {setup.group} has started already: its first member, a "
                            "DeltaShareConsumer worker on "), line
-    assert "; as startingOffsets=earliest asks, the query goes on from where the group is" in line, line
+    assert ("at share.auto.offset.reset=earliest as startingOffsets=earliest asks: the query goes on from where the "
+            "group is") in line, line
+
+
+def test_starting_offsets_on_a_broker_group_started_there_says_so_without_a_warning(kafka, tmp_path, caplog):
+    """A second query joins a share group the first one started at earliest: its startingOffsets=earliest is where
+    the group is, said at INFO, with the way to read again what the group delivered before."""
+    kafka.require_apache("a share group's configs")
+    setup, _ = _new_setup(kafka, tmp_path, records=40)
+    assert _drain(setup, 40, startingOffsets="earliest") == 40
+    later = kafka.produce_numbered(setup.topic, 8, PARTITIONS, first=40)
+    another_query = dataclasses.replace(setup, root=tmp_path / "another-query")
+    with caplog.at_level(logging.INFO, logger=LOGGERS[0]):
+        assert _drain(another_query, len(later), startingOffsets="earliest") == len(later)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "startingOffsets=earliest" in r.getMessage()]
+    assert len(said) == 1, said
+    level, line = said[0]
+    assert level == "INFO" and line.startswith(f"share group {setup.group} has started already ("), said
+    assert f"sharegroup reset-offsets --group {setup.group} --topic {setup.topic} --to-earliest" in line, line
 
 
 def _drain(setup: StreamSetup, expected: int, **options: str) -> int:

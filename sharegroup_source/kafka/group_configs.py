@@ -134,7 +134,7 @@ def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]
     """The line a query logs when ``startingOffsets`` meets a group that has fetched already: it changes nothing.
     ``target`` names the group as ``sharegroup reset-offsets`` takes it (``--group G``, or a Delta group's location).
 
-    ``reset``: the group's own ``share.auto.offset.reset``, where it started; ``started_by``: who started it (its
+    ``reset``: the group's ``share.auto.offset.reset``, where it started; ``started_by``: who started it (its
     first member, say a worker that joined before the query). A group that started where the option asks is not
     a fault: the line says so (the caller logs it at INFO), and what to do should the records it delivered since
     be wanted again."""
@@ -145,10 +145,10 @@ def already_started(group: str, starting: str, fetched: Sequence[tuple[str, int]
                      f"--bootstrap-servers {servers} --execute")
     if reset == starting:
         by = f": {started_by}" if started_by else ""
-        return (f"share group {group} started at {starting} already{by} ({shown}{more}); as startingOffsets="
-                f"{starting} asks, the query goes on from where the group is, and records the group delivered "
-                f"before are not delivered again (to read them again, {reset_command})")
-    started = f" (it started at {reset}{'; ' + started_by if started_by else ''})" if reset else ""
+        return (f"share group {group} has started already{by} ({shown}{more}), at share.auto.offset.reset="
+                f"{reset} as startingOffsets={starting} asks: the query goes on from where the group is, and records "
+                f"the group delivered before are not delivered again (to read them again, {reset_command})")
+    started = f" (its share.auto.offset.reset is {reset}{'; ' + started_by if started_by else ''})" if reset else ""
     return (f"share group {group} already has a position in {shown}{more}{started}: startingOffsets={starting} "
             f"changes nothing, the group goes on from where it is; to move it, {reset_command}")
 

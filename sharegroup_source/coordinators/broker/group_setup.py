@@ -63,7 +63,10 @@ def set_up_group(options: SourceOptions, first_run: bool) -> dict[str, str] | No
     if starting is not None:
         fetched = _fetched(options)
         if fetched:
-            log.warning("%s", already_started(group, starting, fetched, f"--group {group}", options.bootstrap_servers))
+            reset = current[_RESET].value if _RESET in current else None
+            log.log(logging.INFO if reset == starting else logging.WARNING, "%s",
+                    already_started(group, starting, fetched, f"--group {group}", options.bootstrap_servers,
+                                    reset=reset))
         else:
             wanted["share.auto.offset.reset"] = starting
     for change in alter_group_configs(config, group, wanted, execute=True, current=current):

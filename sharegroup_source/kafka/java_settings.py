@@ -107,7 +107,8 @@ def translate_java_settings(settings: Mapping[str, str], where: str = "the clien
         refuse_java_settings(out)
         check_kafka_settings(out, out, None, share_consumer=False)
     except OptionError as error:  # the source's wording names source options (kafka.X): name the file's settings
-        message = str(error).replace("option 'kafka.", f"{where}: setting '").replace("kafka.", "")
+        message = (str(error).replace("option 'kafka.", f"{where}: setting '")
+                   .replace("unknown Kafka setting 'kafka.", f"{where}: unknown setting '").replace("kafka.", ""))
         for target, source in origins.items():
             message = message.replace(f"setting '{target}'", f"setting '{source}' (librdkafka's {target})")
         raise OptionError(message) from None

@@ -43,10 +43,11 @@ COMPAT := $(VENV)/compat
 COMPAT_TESTS := tests/test_compat.py tests/test_spark_connect.py
 COMPAT_VENVS := $(foreach v,$(COMPAT_SPARKS),$(COMPAT)/spark-$(v)/.installed)
 
-# pytest-xdist workers of make test: the suite mostly waits (brokers, acquisition locks, Spark's triggers), so two
-# workers keep a 2-core machine busy; each starts its own Apache Kafka and SparkSession (tests/conftest.py keeps the
-# three-node cluster, the secured broker and the previous Kafka on one worker each)
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make test: the suite mostly waits (brokers, acquisition locks, Spark's triggers): with two
+# workers a 2-core machine sat 25-45% idle once the compatibility lane had ended (vmstat, 2026-12-06), so three;
+# each starts its own Apache Kafka and SparkSession (tests/conftest.py keeps the three-node cluster, the secured
+# broker and the previous Kafka on one worker each)
+TEST_WORKERS ?= 3
 
 # Debian's Chromium: tests/test_docs.py opens the built documentation site in it, headless
 CHROMIUM := /usr/bin/chromium

@@ -44,6 +44,8 @@ EXIT_STATUS = 128 + signal.SIGINT
 #: Spark's status message while a micro-batch's jobs run (MicroBatchExecution)
 RUNNING_A_BATCH = "Processing new data"
 _SPARK_CONTEXT_MODULE = "pyspark.core.context"
+#: Jupyter's Python kernel, whose interrupt button sends SIGINT
+_NOTEBOOK_KERNEL = "ipykernel"
 #: pyspark's handler, by name: ``SparkContext._do_init`` defines it as a local function
 _SPARKS_HANDLER = "SparkContext._do_init.<locals>.signal_handler"
 
@@ -66,9 +68,11 @@ def take_ctrl_c() -> None:
     every SparkContext's clean stops quiet (``spark_logging.drop_cancel_warning``).
 
     Only on the main thread of a process where Ctrl-C still means Python's KeyboardInterrupt or pyspark's
-    cancel: Spark's Python workers ignore SIGINT, and a script's own handler stays.
+    cancel: Spark's Python workers ignore SIGINT, and a script's own handler stays. Not in a notebook's kernel
+    (Jupyter's): its interrupt is a SIGINT meant for the cell that runs, which may have nothing to do with the
+    queries running beside it.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or _NOTEBOOK_KERNEL in sys.modules:
         return
     _replace_default_handler()
     context = sys.modules.get(_SPARK_CONTEXT_MODULE)

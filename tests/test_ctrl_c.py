@@ -162,3 +162,15 @@ def test_ctrl_c_inside_a_batch_prints_a_few_lines_and_the_next_start_is_exactly_
     values = _sink_values(setup)
     assert {value for value, count in values.items() if count > 1} == set()
     assert set(values) == produced
+
+
+@pytest.mark.parametrize(("kernel", "handler"), [(False, "on_sigint"), (True, "default_int_handler")],
+                         ids=["script", "notebook-kernel"])
+def test_a_notebook_kernel_keeps_its_interrupt(kernel, handler):
+    """Imported in a script, the package takes Ctrl-C; imported in a Jupyter kernel (whose interrupt button sends
+    SIGINT for the cell that runs) it leaves the kernel's handler alone."""
+    script = ("import sys, signal\n" + ("import ipykernel\n" if kernel else "") +
+              "import sharegroup_source\nprint(signal.getsignal(signal.SIGINT).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == handler
